@@ -1,0 +1,5 @@
+import sys
+
+from skel.cli import main
+
+sys.exit(main())

@@ -1,0 +1,81 @@
+"""`skel` command line.
+
+One module per verb group under ``skel/commands/``; each exposes
+``register(subparsers)`` which adds its parser and sets ``func`` to a handler
+``handler(args) -> int``. Exit codes: 0 ok, 1 findings or rejection,
+2 usage or input error (``UsageError``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from skel.errors import EXIT_USAGE, UsageError
+
+# Verb modules, in the order `skel --help` lists them.
+COMMANDS = (
+    "skel.commands.catalog",
+)
+
+DESCRIPTION = """\
+skel mines optimization skeletons (named, reusable transformations with
+machine-checked conditions) from hand-written Triton and CUDA kernels, and
+applies them to new kernels, keeping a rewrite only when numerics and a
+microbenchmark both confirm it.
+
+Every verb accepts --json. Exit codes: 0 ok, 1 findings or rejection,
+2 usage or input error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 already; keep its message short and clear
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="skel",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"skel {_version()}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("skel")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE if args.verb is None and argv else 0
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": str(exc)}))
+        print(f"skel: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("skel: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
