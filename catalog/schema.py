@@ -1,0 +1,204 @@
+"""The catalog's SQLite schema, every version of it, and the steps between them.
+
+The schema version lives in two places: ``PRAGMA user_version`` (what SQLite
+tools show) and the ``meta`` table (``app = 'skel'``, ``schema_version``), so a
+SQLite file that skel did not create is recognised as foreign and left alone.
+
+Each migration is one function ``v(N) -> v(N+1)`` run inside the caller's write
+transaction; SQLite DDL is transactional, so a failed or interrupted migration
+leaves the file at the old version. Old DDL stays here, unchanged, so tests can
+build a real database of each old version and open it.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Callable
+
+APP = "skel"
+CURRENT_VERSION = 2
+
+# Tables whose layout is the same in every version so far.
+COMMON = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE skeletons (
+    code         TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    category     TEXT NOT NULL,
+    lifecycle    TEXT NOT NULL,
+    entry_json   TEXT NOT NULL,
+    content_hash TEXT NOT NULL
+);
+CREATE TABLE sources (
+    id           INTEGER PRIMARY KEY,
+    repo         TEXT NOT NULL DEFAULT '',
+    path         TEXT NOT NULL UNIQUE,
+    content_hash TEXT NOT NULL,
+    mtime        REAL,
+    size         INTEGER,
+    mined_at     TEXT NOT NULL,
+    error        TEXT
+);
+CREATE TABLE kernels (
+    id           INTEGER PRIMARY KEY,
+    source_id    INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    name         TEXT NOT NULL,
+    language     TEXT NOT NULL,
+    line         INTEGER NOT NULL,
+    end_line     INTEGER NOT NULL,
+    profile_json TEXT NOT NULL
+);
+CREATE INDEX kernels_source ON kernels(source_id);
+"""
+
+# Version 1: the first released layout. Findings were all mined instances (no
+# ``kind``) and validation runs kept a median without its confidence interval.
+FINDINGS_V1 = """
+CREATE TABLE findings (
+    id          INTEGER PRIMARY KEY,
+    skeleton    TEXT NOT NULL,
+    source_id   INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    kernel_id   INTEGER REFERENCES kernels(id) ON DELETE CASCADE,
+    path        TEXT NOT NULL,
+    line        INTEGER NOT NULL,
+    end_line    INTEGER NOT NULL,
+    kernel      TEXT NOT NULL,
+    params_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX findings_skeleton ON findings(skeleton);
+CREATE INDEX findings_source ON findings(source_id);
+"""
+
+VALIDATION_RUNS_V1 = """
+CREATE TABLE validation_runs (
+    id             INTEGER PRIMARY KEY,
+    skeletons_json TEXT NOT NULL,
+    target         TEXT NOT NULL,
+    shape          TEXT NOT NULL,
+    dtype          TEXT NOT NULL,
+    metric         TEXT NOT NULL,
+    median         REAL,
+    unit           TEXT NOT NULL DEFAULT '',
+    gpu            TEXT NOT NULL DEFAULT '',
+    torch_version  TEXT NOT NULL DEFAULT '',
+    triton_version TEXT NOT NULL DEFAULT '',
+    source_hash    TEXT NOT NULL DEFAULT '',
+    verdict        TEXT NOT NULL,
+    reason         TEXT NOT NULL DEFAULT '',
+    created_at     TEXT NOT NULL,
+    extra_json     TEXT NOT NULL DEFAULT '{}'
+);
+"""
+DDL_V1 = COMMON + FINDINGS_V1 + VALIDATION_RUNS_V1
+
+# Version 2: findings carry a kind (instance | opportunity); runs carry a confidence interval.
+FINDINGS_V2 = """
+CREATE TABLE findings (
+    id          INTEGER PRIMARY KEY,
+    skeleton    TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('instance', 'opportunity')),
+    source_id   INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    kernel_id   INTEGER REFERENCES kernels(id) ON DELETE CASCADE,
+    path        TEXT NOT NULL,
+    line        INTEGER NOT NULL,
+    end_line    INTEGER NOT NULL,
+    kernel      TEXT NOT NULL,
+    params_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX findings_skeleton ON findings(skeleton, kind);
+CREATE INDEX findings_source ON findings(source_id);
+"""
+
+VALIDATION_RUNS_V2 = """
+CREATE TABLE validation_runs (
+    id             INTEGER PRIMARY KEY,
+    skeletons_json TEXT NOT NULL,
+    target         TEXT NOT NULL,
+    shape          TEXT NOT NULL,
+    dtype          TEXT NOT NULL,
+    metric         TEXT NOT NULL,
+    median         REAL,
+    ci_low         REAL,
+    ci_high        REAL,
+    unit           TEXT NOT NULL DEFAULT '',
+    gpu            TEXT NOT NULL DEFAULT '',
+    torch_version  TEXT NOT NULL DEFAULT '',
+    triton_version TEXT NOT NULL DEFAULT '',
+    source_hash    TEXT NOT NULL DEFAULT '',
+    verdict        TEXT NOT NULL,
+    reason         TEXT NOT NULL DEFAULT '',
+    created_at     TEXT NOT NULL,
+    extra_json     TEXT NOT NULL DEFAULT '{}'
+);
+"""
+
+
+DDL_V2 = COMMON + FINDINGS_V2 + VALIDATION_RUNS_V2
+
+
+def write_version(conn: sqlite3.Connection, version: int) -> None:
+    conn.execute(f"PRAGMA user_version = {int(version)}")
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (str(version),),
+    )
+
+
+def create_version(conn: sqlite3.Connection, ddl: str, version: int) -> None:
+    """Create an empty catalog of the given DDL/version (inside the caller's transaction)."""
+    for stmt in ddl.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute("INSERT INTO meta(key, value) VALUES ('app', ?)", (APP,))
+    write_version(conn, version)
+
+
+def create_current(conn: sqlite3.Connection) -> None:
+    create_version(conn, DDL_V2, CURRENT_VERSION)
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    # Rebuild rather than ALTER TABLE ADD COLUMN so a migrated file has exactly the
+    # columns, order and constraints of a fresh version-2 file. Every v1 finding was a
+    # mined instance; v1 runs had no interval, so theirs stays NULL (never guessed).
+    conn.execute("ALTER TABLE findings RENAME TO findings_v1")
+    conn.execute("DROP INDEX findings_skeleton")
+    conn.execute("DROP INDEX findings_source")
+    for stmt in FINDINGS_V2.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute(
+        "INSERT INTO findings(id, skeleton, kind, source_id, kernel_id, path, line, end_line, kernel, params_json) "
+        "SELECT id, skeleton, 'instance', source_id, kernel_id, path, line, end_line, kernel, params_json FROM findings_v1"
+    )
+    conn.execute("DROP TABLE findings_v1")
+
+    conn.execute("ALTER TABLE validation_runs RENAME TO validation_runs_v1")
+    conn.execute(VALIDATION_RUNS_V2)
+    cols = (
+        "id, skeletons_json, target, shape, dtype, metric, median, unit, gpu, torch_version, "
+        "triton_version, source_hash, verdict, reason, created_at, extra_json"
+    )
+    conn.execute(f"INSERT INTO validation_runs({cols}) SELECT {cols} FROM validation_runs_v1")
+    conn.execute("DROP TABLE validation_runs_v1")
+
+
+# MIGRATIONS[n] takes a version-n database to version n+1.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _migrate_1_to_2,
+}
+
+
+def migrate(conn: sqlite3.Connection, from_version: int) -> list[int]:
+    """Step ``conn`` forward to CURRENT_VERSION inside the caller's transaction; return the versions passed."""
+    passed = []
+    version = from_version
+    while version < CURRENT_VERSION:
+        MIGRATIONS[version](conn)
+        version += 1
+        write_version(conn, version)
+        passed.append(version)
+    return passed

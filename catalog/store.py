@@ -1,0 +1,449 @@
+"""The catalog store: an embedded SQLite file holding what skel mined and measured.
+
+Where it lives: an explicit path (``--catalog PATH``), else ``$SKEL_CATALOG``,
+else ``$XDG_CACHE_HOME/skel/catalog.sqlite`` (``~/.cache/skel/catalog.sqlite``).
+
+Safety: WAL mode with a 30 s busy timeout, so concurrent writers wait rather
+than fail; each write is one ``BEGIN IMMEDIATE`` transaction (take the write
+lock up front, so two writers never deadlock upgrading a read lock); a writer
+killed mid-transaction leaves nothing behind. A file that is not skel's catalog
+(not SQLite, corrupt, someone else's SQLite, or newer than this code) is
+reported with its path and never modified.
+
+One ``Catalog`` per thread (sqlite3 connections are not shared across threads);
+any number of processes may open the same file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from skel.catalog import schema
+from skel.catalog.records import (
+    Evidence,
+    Finding,
+    LibrarySync,
+    RecordError,
+    SourceRecord,
+    Stats,
+    ValidationRun,
+    check_finding,
+    check_run,
+    freeze,
+    skeleton_hash,
+)
+from skel.errors import UsageError
+
+__all__ = [
+    "Catalog", "CatalogError", "Evidence", "Finding", "LibrarySync", "RecordError", "SourceRecord", "Stats",
+    "ValidationRun", "default_catalog_path", "open_catalog", "resolve_catalog_path",
+]
+
+BUSY_TIMEOUT_S = 30.0
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class CatalogError(UsageError):
+    """The catalog file cannot be used as it is; the message names the file and why."""
+
+
+def default_catalog_path() -> Path:
+    """``$SKEL_CATALOG`` if set, else ``$XDG_CACHE_HOME/skel/catalog.sqlite`` (default ``~/.cache``)."""
+    env = os.environ.get("SKEL_CATALOG", "").strip()
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip()
+    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "skel" / "catalog.sqlite"
+
+
+def resolve_catalog_path(path: Path | str | None = None) -> Path:
+    """An explicit path wins over the environment and the default."""
+    return Path(path).expanduser() if path else default_catalog_path()
+
+
+def open_catalog(path: Path | str | None = None) -> "Catalog":
+    """Open (creating or migrating forward if needed) the catalog at ``path`` or the default."""
+    return Catalog.open(resolve_catalog_path(path))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _dumps(value: object, what: str) -> str:
+    try:
+        return json.dumps(value, sort_keys=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"{what}: not storable as JSON ({exc})") from None
+
+
+class Catalog:
+    def __init__(self, path: Path, conn: sqlite3.Connection, version: int):
+        self.path = path
+        self.version = version
+        self._conn = conn
+        self._depth = 0
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, path: Path) -> "Catalog":
+        path = Path(path)
+        _check_file(path)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise CatalogError(f"{path}: cannot open the catalog ({exc})") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            version = _inspect(conn, path)  # read-only: nothing is written to a file we reject
+            if version != schema.CURRENT_VERSION:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    # Look again under the write lock: another process may have created or
+                    # migrated the file while we waited.
+                    version = _inspect(conn, path)
+                    if version == 0:
+                        schema.create_current(conn)
+                    else:
+                        schema.migrate(conn, version)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            # WAL: readers never block the writer; NORMAL sync is crash-safe in WAL
+            # (a killed process loses nothing committed), only power loss may drop the
+            # last commits, which re-mining restores.
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise CatalogError(f"{path}: not a usable skel catalog ({exc}); the file was left untouched") from None
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn, schema.CURRENT_VERSION)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Catalog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ transactions
+    @contextmanager
+    def transaction(self) -> Iterator["Catalog"]:
+        """One write transaction (``BEGIN IMMEDIATE``), committed when the block ends.
+
+        Nested uses become savepoints inside the outer transaction: an exception rolls
+        back the inner block only if it is caught, and nothing is durable until the
+        outermost block commits.
+        """
+        if self._depth:
+            name = f"skel_sp{self._depth}"
+            self._conn.execute(f"SAVEPOINT {name}")
+            self._depth += 1
+            try:
+                yield self
+            except BaseException:
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+                raise
+            else:
+                self._conn.execute(f"RELEASE {name}")
+            finally:
+                self._depth -= 1
+            return
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise CatalogError(
+                f"{self.path}: cannot start a write transaction ({exc}); "
+                f"another writer held the catalog for over {BUSY_TIMEOUT_S:.0f} s?"
+            ) from None
+        self._depth = 1
+        try:
+            yield self
+        except BaseException:
+            self._depth = 0
+            self._conn.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            raise CatalogError(f"{self.path}: commit failed ({exc})") from None
+
+    def _q(self, sql: str, args: Sequence = ()) -> list[sqlite3.Row]:
+        cur = self._conn.execute(sql, tuple(args))
+        cur.row_factory = sqlite3.Row
+        return cur.fetchall()
+
+    # --------------------------------------------------------------- skeletons
+    def sync_library(self, library: Iterable) -> LibrarySync:
+        """Upsert every skeleton of the library; codes in the catalog but not the library are kept."""
+        added, changed, unchanged = [], [], []
+        with self.transaction():
+            known = {r["code"]: r["content_hash"] for r in self._q("SELECT code, content_hash FROM skeletons")}
+            seen = set()
+            for sk in library:
+                entry = sk.to_json()
+                digest = skeleton_hash(sk)
+                seen.add(sk.code)
+                if sk.code not in known:
+                    added.append(sk.code)
+                elif known[sk.code] != digest:
+                    changed.append(sk.code)
+                else:
+                    unchanged.append(sk.code)
+                    continue
+                self._conn.execute(
+                    "INSERT INTO skeletons(code, name, category, lifecycle, entry_json, content_hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(code) DO UPDATE SET name = excluded.name, "
+                    "category = excluded.category, lifecycle = excluded.lifecycle, "
+                    "entry_json = excluded.entry_json, content_hash = excluded.content_hash",
+                    (sk.code, sk.name, sk.category, sk.lifecycle, _dumps(entry, f"skeleton {sk.code}"), digest),
+                )
+        absent = sorted(set(known) - seen)
+        return LibrarySync(tuple(added), tuple(changed), tuple(unchanged), tuple(absent))
+
+    def skeleton_entries(self) -> dict[str, dict]:
+        """Code -> the library entry (``Skeleton.to_json()``) as last synced."""
+        return {r["code"]: json.loads(r["entry_json"]) for r in self._q("SELECT code, entry_json FROM skeletons ORDER BY code")}
+
+    # ------------------------------------------------------------------ mining
+    def record_file(self, source: SourceRecord, kernels: Sequence = (), findings: Sequence[Finding] = ()) -> int:
+        """Replace everything known about ``source.path`` with this file's kernels and findings.
+
+        One transaction: readers see the old state or the new, never a mix. A file that
+        failed to parse is recorded with ``source.error`` set (and usually no kernels), so
+        an unchanged broken file is not re-parsed. Returns the source id.
+        """
+        where = source.path
+        if not source.path or not source.content_hash:
+            raise RecordError(f"record_file: source needs a path and a content hash, got {source!r}")
+        for f in findings:
+            check_finding(f)
+            if f.path != source.path:
+                raise RecordError(f"{f.path}:{f.line}: finding {f.skeleton} recorded under another file {source.path!r}")
+        with self.transaction():
+            # Deleting the source cascades to its kernels and findings.
+            self._conn.execute("DELETE FROM sources WHERE path = ?", (source.path,))
+            source_id = self._conn.execute(
+                "INSERT INTO sources(repo, path, content_hash, mtime, size, mined_at, error) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (source.repo, source.path, source.content_hash, source.mtime, source.size,
+                 source.mined_at or _now(), source.error),
+            ).lastrowid
+            kernel_ids: list[tuple[str, int, int, int]] = []
+            for k in kernels:
+                kid = self._conn.execute(
+                    "INSERT INTO kernels(source_id, name, language, line, end_line, profile_json) VALUES (?, ?, ?, ?, ?, ?)",
+                    (source_id, k.name, k.language, k.line, k.end_line,
+                     _dumps(k.to_json(), f"{where}:{k.line}: profile of kernel {k.name}")),
+                ).lastrowid
+                kernel_ids.append((k.name, k.line, k.end_line, kid))
+            for f in findings:
+                self._conn.execute(
+                    "INSERT INTO findings(skeleton, kind, source_id, kernel_id, path, line, end_line, kernel, params_json) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (f.skeleton, f.kind, source_id, _kernel_id(kernel_ids, f), f.path, f.line, f.end_line, f.kernel,
+                     _dumps(dict(f.params), f"{f.path}:{f.line}: params of finding {f.skeleton}")),
+                )
+        return source_id
+
+    def forget_source(self, path: str | Path) -> bool:
+        """Remove a file (deleted from its repo) with its kernels and findings; False if unknown."""
+        with self.transaction():
+            return self._conn.execute("DELETE FROM sources WHERE path = ?", (str(path),)).rowcount > 0
+
+    def source_hash(self, path: str | Path) -> str | None:
+        """The content hash recorded for ``path`` (None if never mined): skip unchanged files."""
+        rows = self._q("SELECT content_hash FROM sources WHERE path = ?", (str(path),))
+        return rows[0]["content_hash"] if rows else None
+
+    def source(self, path: str | Path) -> SourceRecord | None:
+        rows = self._q("SELECT * FROM sources WHERE path = ?", (str(path),))
+        return _source(rows[0]) if rows else None
+
+    def sources(self, failed_only: bool = False) -> list[SourceRecord]:
+        sql = "SELECT * FROM sources" + (" WHERE error IS NOT NULL" if failed_only else "") + " ORDER BY path"
+        return [_source(r) for r in self._q(sql)]
+
+    def profiles(self, path: str | Path) -> list:
+        """The kernel profiles recorded for ``path``, in line order (the miner's content-hash cache)."""
+        from skel.miner.profile import KernelProfile
+
+        rows = self._q(
+            "SELECT k.profile_json FROM kernels k JOIN sources s ON s.id = k.source_id WHERE s.path = ? ORDER BY k.line",
+            (str(path),),
+        )
+        return [KernelProfile.from_json(json.loads(r["profile_json"])) for r in rows]
+
+    def findings(
+        self,
+        skeleton: str | None = None,
+        kind: str | None = None,
+        path: str | Path | None = None,
+        kernel: str | None = None,
+        limit: int | None = None,
+    ) -> list[Finding]:
+        """Findings filtered by any of skeleton code, kind, file path and kernel name, by path and line."""
+        clauses, args = [], []
+        for column, value in (("skeleton", skeleton and skeleton.upper()), ("kind", kind), ("path", path), ("kernel", kernel)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(str(value))
+        sql = "SELECT * FROM findings" + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        sql += " ORDER BY path, line, skeleton, id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        return [_finding(r) for r in self._q(sql, args)]
+
+    # -------------------------------------------------------------- validation
+    def record_validation(self, run: ValidationRun) -> int:
+        """Store one measured (or refused) validation run; returns its id."""
+        check_run(run)
+        what = f"validation run {','.join(run.skeletons)} on {run.target} [{run.shape}]"
+        with self.transaction():
+            return self._conn.execute(
+                "INSERT INTO validation_runs(skeletons_json, target, shape, dtype, metric, median, ci_low, ci_high, unit, "
+                "gpu, torch_version, triton_version, source_hash, verdict, reason, created_at, extra_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (json.dumps(list(run.skeletons)), run.target, run.shape, run.dtype, run.metric, run.median, run.ci_low,
+                 run.ci_high, run.unit, run.gpu, run.torch_version, run.triton_version, run.source_hash, run.verdict,
+                 run.reason, run.created_at or _now(), _dumps(dict(run.extra), what + " extra")),
+            ).lastrowid
+
+    def validation_runs(self, skeleton: str | None = None, target: str | None = None) -> list[ValidationRun]:
+        """Runs involving ``skeleton`` (alone or combined with others) and/or on ``target``, oldest first."""
+        clauses, args = [], []
+        if skeleton is not None:
+            clauses.append("EXISTS (SELECT 1 FROM json_each(validation_runs.skeletons_json) j WHERE j.value = ?)")
+            args.append(skeleton.upper())
+        if target is not None:
+            clauses.append("target = ?")
+            args.append(target)
+        sql = "SELECT * FROM validation_runs" + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id"
+        return [_run(r) for r in self._q(sql, args)]
+
+    # ---------------------------------------------------------------- evidence
+    def evidence(self, code: str) -> Evidence:
+        """Everything the catalog knows for one skeleton: mined instances, opportunities, measured runs."""
+        code = code.upper()
+        # One read transaction so the three queries see the same snapshot under concurrent writers.
+        in_outer = self._depth > 0
+        if not in_outer:
+            self._conn.execute("BEGIN")
+        try:
+            instances = self.findings(skeleton=code, kind="instance")
+            opportunities = self._q(
+                "SELECT COUNT(*) AS n FROM findings WHERE skeleton = ? AND kind = 'opportunity'", (code,)
+            )[0]["n"]
+            runs = self.validation_runs(skeleton=code)
+        finally:
+            if not in_outer:
+                self._conn.execute("COMMIT")
+        return Evidence(code, tuple(instances), opportunities, tuple(runs))
+
+    def stats(self) -> Stats:
+        def count(sql: str) -> int:
+            return self._q(sql)[0][0]
+
+        return Stats(
+            path=str(self.path),
+            schema_version=self.version,
+            skeletons=count("SELECT COUNT(*) FROM skeletons"),
+            sources=count("SELECT COUNT(*) FROM sources"),
+            failed_sources=count("SELECT COUNT(*) FROM sources WHERE error IS NOT NULL"),
+            kernels=count("SELECT COUNT(*) FROM kernels"),
+            instances=count("SELECT COUNT(*) FROM findings WHERE kind = 'instance'"),
+            opportunities=count("SELECT COUNT(*) FROM findings WHERE kind = 'opportunity'"),
+            validation_runs=count("SELECT COUNT(*) FROM validation_runs"),
+        )
+
+
+# --------------------------------------------------------------------- helpers
+def _check_file(path: Path) -> None:
+    """Reject what is plainly not a catalog before SQLite touches it."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise CatalogError(f"{path}: the catalog path exists but is not a regular file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read the catalog ({exc.strerror})") from None
+    if head and head != SQLITE_MAGIC:
+        raise CatalogError(f"{path}: not an SQLite database (unexpected file header); refusing to touch it")
+
+
+def _inspect(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's skel schema version, 0 for an empty database; raise for anything else."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    if not tables and version == 0:
+        return 0
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+    if meta.get("app") != schema.APP:
+        raise CatalogError(
+            f"{path}: an SQLite database that is not a skel catalog (no meta table with app = 'skel'; "
+            f"tables: {', '.join(sorted(tables)) or 'none'}); refusing to touch it"
+        )
+    if str(version) != meta.get("schema_version"):
+        raise CatalogError(
+            f"{path}: inconsistent skel catalog (user_version {version}, meta schema_version "
+            f"{meta.get('schema_version')!r}); left untouched"
+        )
+    if version > schema.CURRENT_VERSION:
+        raise CatalogError(
+            f"{path}: catalog schema version {version} is newer than this skel supports "
+            f"({schema.CURRENT_VERSION}); upgrade skel or point --catalog elsewhere. The file was left untouched"
+        )
+    if version < 1:
+        raise CatalogError(f"{path}: skel catalog with invalid schema version {version}; left untouched")
+    return version
+
+
+def _kernel_id(kernel_ids: list[tuple[str, int, int, int]], f: Finding) -> int | None:
+    """The recorded kernel a finding lies in: same name, and its line inside the kernel when names repeat.
+
+    None when the finding names no recorded kernel (the name column still says which).
+    """
+    named = [k for k in kernel_ids if k[0] == f.kernel]
+    inside = [k for k in named if k[1] <= f.line <= k[2]]
+    chosen = inside or named
+    return chosen[0][3] if chosen else None
+
+
+def _source(r: sqlite3.Row) -> SourceRecord:
+    return SourceRecord(r["path"], r["content_hash"], r["repo"], r["mtime"], r["size"], r["mined_at"], r["error"])
+
+
+def _finding(r: sqlite3.Row) -> Finding:
+    params = tuple((k, freeze(v)) for k, v in json.loads(r["params_json"]).items())
+    return Finding(r["skeleton"], r["kind"], r["path"], r["line"], r["end_line"], r["kernel"], params)
+
+
+def _run(r: sqlite3.Row) -> ValidationRun:
+    extra = tuple((k, freeze(v)) for k, v in json.loads(r["extra_json"]).items())
+    return ValidationRun(
+        skeletons=tuple(json.loads(r["skeletons_json"])), target=r["target"], shape=r["shape"], dtype=r["dtype"],
+        metric=r["metric"], verdict=r["verdict"], median=r["median"], ci_low=r["ci_low"], ci_high=r["ci_high"],
+        unit=r["unit"], gpu=r["gpu"], torch_version=r["torch_version"], triton_version=r["triton_version"],
+        source_hash=r["source_hash"], reason=r["reason"], created_at=r["created_at"], extra=extra, id=r["id"],
+    )

@@ -1,0 +1,236 @@
+"""What every detector shares: condition results, hits, and the per-kernel context.
+
+A detector module (one per skeleton, ``skNNN_<name>.py``) defines
+
+  CODE        the skeleton code it implements ("SK001")
+  CONDITIONS  an ordered dict: condition id (as in the skeleton's ``[[conditions]]``) ->
+              predicate ``(Ctx) -> Check``
+  instances   ``(Ctx) -> list[Hit]``: where the technique is already used (evidence)
+  candidates  ``(Ctx) -> list[Hit]``: the sites an opportunity finding points at; they are
+              reported only when every condition holds, so the conditions decide applicability
+              and the candidates only say where.
+
+Predicates read the ``KernelProfile`` first; the kernel's own source lines are used only to
+show a statement in a detail string or to find the right-hand side of an assignment the
+profile names by line (the profile carries lines, not expressions for every value).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Iterable
+
+from skel.miner.profile import KernelProfile
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """One applicability condition evaluated on one kernel."""
+
+    id: str
+    holds: bool
+    detail: str  # names the lines and variables, e.g. "line 157: b_q / tl.sqrt(...)"
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A site a detector points at: a line span and the parameters that made it fire."""
+
+    line: int
+    end_line: int
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @staticmethod
+    def at(line: int, end_line: int | None = None, **params: Any) -> "Hit":
+        return Hit(line, end_line if end_line is not None else line, tuple(params.items()))
+
+
+@dataclass(frozen=True)
+class Check:
+    """A predicate's answer: whether it holds, why, and the sites it found."""
+
+    holds: bool
+    detail: str
+    hits: tuple[Hit, ...] = ()
+
+    def result(self, cond_id: str) -> ConditionResult:
+        return ConditionResult(cond_id, self.holds, self.detail)
+
+
+def yes(detail: str, hits: Iterable[Hit] = ()) -> Check:
+    return Check(True, detail, tuple(hits))
+
+
+def no(detail: str) -> Check:
+    return Check(False, detail)
+
+
+Predicate = Callable[["Ctx"], Check]
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_][\w\s,\[\]\.]*?)\s*(\+=|-=|\*=|/=|=)(?!=)\s*(.+?)\s*;?\s*$")
+_CPP_DECL = re.compile(r"^\s*(?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
+
+
+@dataclass(frozen=True)
+class Assign:
+    line: int
+    targets: tuple[str, ...]
+    op: str  # "=", "+=", "*=", ...
+    rhs: str
+
+
+class Ctx:
+    """One kernel, its profile and the text of its file, with cached lookups for predicates."""
+
+    def __init__(self, profile: KernelProfile, source_text: str):
+        self.p = profile
+        self.source = source_text
+        self._lines = source_text.splitlines()
+        self.cache: dict[str, Any] = {}
+
+    # -- source text -------------------------------------------------------------------------
+    def text(self, line: int) -> str:
+        """The stripped source line (1-based); '' outside the file."""
+        if 1 <= line <= len(self._lines):
+            return self._lines[line - 1].strip()
+        return ""
+
+    def statement(self, line: int) -> str:
+        """The logical statement starting at ``line`` (joins lines while brackets are open)."""
+        out, depth, i = [], 0, line
+        while 1 <= i <= len(self._lines) and i < line + 40:
+            raw = _strip_comment(self._lines[i - 1], self.p.language)
+            out.append(raw.strip())
+            depth += sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}")
+            if depth <= 0 and not raw.rstrip().endswith("\\"):
+                break
+            i += 1
+        return " ".join(s for s in out if s)
+
+    @property
+    def body(self) -> range:
+        return range(self.p.line, self.p.end_line + 1)
+
+    @cached_property
+    def assigns(self) -> tuple[Assign, ...]:
+        """Assignments in the kernel body, one per statement start (simple statements only)."""
+        rows: list[Assign] = []
+        skip_to = 0
+        for ln in self.body:
+            if ln < skip_to:
+                continue
+            stmt = self.statement(ln)
+            n_lines = max(1, _count_continuation(self._lines, ln, self.p.language))
+            skip_to = ln + n_lines
+            a = _parse_assign(stmt, ln, self.p.language)
+            if a:
+                rows.append(a)
+        return tuple(rows)
+
+    def defs_of(self, var: str, before: int | None = None) -> list[Assign]:
+        """Assignments to ``var`` (latest last), optionally only those on lines before ``before``."""
+        return [a for a in self.assigns if var in a.targets and (before is None or a.line < before)]
+
+    def last_def(self, var: str, before: int) -> Assign | None:
+        rows = self.defs_of(var, before + 1)
+        return rows[-1] if rows else None
+
+    # -- profile helpers ---------------------------------------------------------------------
+    def loop_at(self, line: int):
+        """The innermost loop that contains ``line``."""
+        best = None
+        for lp in self.p.loops:
+            if lp.line <= line <= lp.end_line and (best is None or lp.line >= best.line):
+                best = lp
+        return best
+
+    def in_time_loop(self, line: int):
+        for lp in self.p.loops:
+            if lp.is_time_loop and lp.line < line <= lp.end_line:
+                return lp
+        return None
+
+    def param(self, name: str):
+        return next((q for q in self.p.params if q.name == name), None)
+
+    def launch_value(self, name: str) -> Any:
+        """The value (or source text) the first launch site passes for constexpr ``name``."""
+        for site in self.p.launches:
+            for k, v in site.constexpr_values:
+                if k == name:
+                    return v
+            for k, v in site.args:
+                if k == name:
+                    return v
+        return None
+
+    @cached_property
+    def graph(self):
+        return self.p.graph()
+
+
+def _strip_comment(line: str, language: str) -> str:
+    marker = "#" if language == "triton" else "//"
+    # good enough for kernels: comment markers inside string literals are rare in kernel bodies
+    i = line.find(marker)
+    return line if i < 0 else line[:i]
+
+
+def _count_continuation(lines: list[str], line: int, language: str) -> int:
+    depth, i = 0, line
+    while 1 <= i <= len(lines) and i < line + 40:
+        raw = _strip_comment(lines[i - 1], language)
+        depth += sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}")
+        if depth <= 0 and not raw.rstrip().endswith("\\"):
+            return i - line + 1
+        i += 1
+    return i - line
+
+
+def _parse_assign(stmt: str, line: int, language: str) -> Assign | None:
+    if language != "triton":
+        m = _CPP_DECL.match(stmt)
+        if m:
+            return Assign(line, (m.group(1),), m.group(3), m.group(4))
+    m = _ASSIGN.match(stmt)
+    if not m or stmt.lstrip().startswith(("if ", "elif ", "for ", "while ", "return ", "def ", "@")):
+        return None
+    lhs = m.group(1)
+    targets = tuple(t.strip().split("[")[0].strip() for t in lhs.split(","))
+    targets = tuple(t for t in targets if re.fullmatch(r"[A-Za-z_][\w\.]*", t))
+    if not targets:
+        return None
+    rhs = m.group(3)
+    # "a: tl.constexpr = 1.44" style annotated assignments keep their value after the annotation
+    return Assign(line, targets, m.group(2), rhs)
+
+
+WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def names_in(expr: str) -> set[str]:
+    return set(WORD.findall(expr))
+
+
+def call_args(text: str, start: int) -> str:
+    """The text between the parenthesis at ``text[start]`` and its match."""
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+    return text[start + 1 :]
+
+
+def find_calls(text: str, names: Iterable[str]) -> list[tuple[str, str]]:
+    """Every call ``name(args)`` in ``text`` for the given (possibly dotted) names: (name, args)."""
+    out = []
+    for name in names:
+        for m in re.finditer(rf"(?<![\w\.]){re.escape(name)}\s*\(", text):
+            out.append((name, call_args(text, m.end() - 1)))
+    return out

@@ -1,0 +1,49 @@
+"""Small helpers shared by the verb modules: common flags, JSON and text output."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def add_catalog(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="PATH",
+        help="catalog database (default: $SKEL_CATALOG, else ~/.cache/skel/catalog.sqlite)",
+    )
+
+
+def add_library(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--library",
+        type=Path,
+        metavar="DIR",
+        help="skeleton library folder (default: the library shipped with skel)",
+    )
+
+
+def emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=_default)
+    sys.stdout.write("\n")
+
+
+def _default(obj: Any):
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot render {type(obj).__name__} as JSON")
+
+
+def warn(message: str) -> None:
+    print(f"skel: {message}", file=sys.stderr)
