@@ -5,8 +5,9 @@ The miner produces ``SourceRecord`` and ``Finding``; validation produces
 has ``to_json()``; JSON is only a rendering of them.
 
 Key/value fields (``Finding.params``, ``ValidationRun.extra``) are tuples of
-``(key, value)`` pairs with JSON values; lists come back from the catalog as
-tuples so the records stay hashable.
+``(key, value)`` pairs with JSON values; a dict given there is turned into
+pairs and lists into tuples at construction, so records stay hashable and
+compare equal after a round trip through the catalog.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from skel.catalog.library import CODE_RE
@@ -56,6 +58,9 @@ class Finding:
     kernel: str
     params: tuple[tuple[str, object], ...] = ()
 
+    def __post_init__(self):
+        object.__setattr__(self, "params", _pairs(self.params))
+
     def to_json(self) -> dict:
         return {
             "skeleton": self.skeleton, "kind": self.kind, "path": self.path, "line": self.line,
@@ -65,14 +70,16 @@ class Finding:
 
 @dataclass(frozen=True)
 class ValidationRun:
-    """One gate verdict for a rewrite (one or several skeletons) of one target at one shape and dtype.
+    """One gate verdict for a rewrite (one or several skeletons) of one kernel at one shape and dtype.
+
+    ``kernel`` names the target (a kernel name or a ``kernels/`` target such as "kda-decode").
 
     ``median``/``ci_low``/``ci_high`` are None when nothing was measured (CPU, numerics failed):
     a number is never guessed. ``id`` is assigned by the catalog.
     """
 
     skeletons: tuple[str, ...]
-    target: str
+    kernel: str
     shape: str
     dtype: str
     metric: str
@@ -90,9 +97,13 @@ class ValidationRun:
     extra: tuple[tuple[str, object], ...] = ()
     id: int | None = None
 
+    def __post_init__(self):
+        object.__setattr__(self, "extra", _pairs(self.extra))
+        object.__setattr__(self, "skeletons", tuple(self.skeletons))
+
     def to_json(self) -> dict:
         return {
-            "id": self.id, "skeletons": list(self.skeletons), "target": self.target, "shape": self.shape,
+            "id": self.id, "skeletons": list(self.skeletons), "kernel": self.kernel, "shape": self.shape,
             "dtype": self.dtype, "metric": self.metric, "verdict": self.verdict, "median": self.median,
             "ci_low": self.ci_low, "ci_high": self.ci_high, "unit": self.unit, "gpu": self.gpu,
             "torch_version": self.torch_version, "triton_version": self.triton_version,
@@ -110,18 +121,25 @@ class Evidence:
     opportunities: int
     runs: tuple[ValidationRun, ...]
 
+    @classmethod
+    def empty(cls, code: str) -> "Evidence":
+        """The evidence of a skeleton nothing was recorded for (e.g. no catalog file yet)."""
+        return cls(code.upper(), (), 0, ())
+
     @property
     def verdicts(self) -> dict[str, int]:
         return dict(sorted(Counter(r.verdict for r in self.runs).items()))
 
     def to_json(self) -> dict:
+        """Summary counts plus ``items``: each instance (type "instance") and each run (type "verdict")."""
+        items = [{"type": "instance", **f.to_json()} for f in self.instances]
+        items += [{"type": "verdict", **r.to_json()} for r in self.runs]
         return {
             "code": self.code,
             "instance_count": len(self.instances),
-            "instances": [f.to_json() for f in self.instances],
             "opportunities": self.opportunities,
             "verdicts": self.verdicts,
-            "runs": [r.to_json() for r in self.runs],
+            "items": items,
         }
 
 
@@ -178,10 +196,10 @@ def check_finding(f: Finding) -> None:
 
 
 def check_run(r: ValidationRun) -> None:
-    what = f"validation run on {r.target!r} [{r.shape}]"
+    what = f"validation run on {r.kernel!r} [{r.shape}]"
     if not r.skeletons or not all(isinstance(c, str) and CODE_RE.match(c) for c in r.skeletons):
         raise RecordError(f"{what}: skeletons must be a non-empty tuple of codes like SK001, got {r.skeletons!r}")
-    for name in ("target", "shape", "dtype", "metric", "verdict"):
+    for name in ("kernel", "shape", "dtype", "metric", "verdict"):
         if not isinstance(getattr(r, name), str) or not getattr(r, name):
             raise RecordError(f"{what}: field {name!r} must be a non-empty string")
     for name in ("median", "ci_low", "ci_high"):
@@ -204,6 +222,15 @@ def _check_pairs(pairs, what: str) -> None:
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
         raise RecordError(f"{what}: key {dup[0]!r} appears twice")
+
+
+def _pairs(value) -> tuple:
+    """Key/value pairs as a tuple of (key, frozen value); a mapping is accepted and converted."""
+    if isinstance(value, Mapping):
+        value = tuple(value.items())
+    if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return tuple((k, freeze(v)) for k, v in value)
+    return value  # malformed: left as is for check_finding/check_run to report
 
 
 def freeze(value):

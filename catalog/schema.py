@@ -75,7 +75,7 @@ VALIDATION_RUNS_V1 = """
 CREATE TABLE validation_runs (
     id             INTEGER PRIMARY KEY,
     skeletons_json TEXT NOT NULL,
-    target         TEXT NOT NULL,
+    kernel         TEXT NOT NULL,
     shape          TEXT NOT NULL,
     dtype          TEXT NOT NULL,
     metric         TEXT NOT NULL,
@@ -115,7 +115,7 @@ VALIDATION_RUNS_V2 = """
 CREATE TABLE validation_runs (
     id             INTEGER PRIMARY KEY,
     skeletons_json TEXT NOT NULL,
-    target         TEXT NOT NULL,
+    kernel         TEXT NOT NULL,
     shape          TEXT NOT NULL,
     dtype          TEXT NOT NULL,
     metric         TEXT NOT NULL,
@@ -179,7 +179,7 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE validation_runs RENAME TO validation_runs_v1")
     conn.execute(VALIDATION_RUNS_V2)
     cols = (
-        "id, skeletons_json, target, shape, dtype, metric, median, unit, gpu, torch_version, "
+        "id, skeletons_json, kernel, shape, dtype, metric, median, unit, gpu, torch_version, "
         "triton_version, source_hash, verdict, reason, created_at, extra_json"
     )
     conn.execute(f"INSERT INTO validation_runs({cols}) SELECT {cols} FROM validation_runs_v1")

@@ -97,7 +97,10 @@ class Catalog:
         path = Path(path)
         _check_file(path)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CatalogError(f"{path}: cannot create the catalog's folder ({exc.strerror})") from None
         try:
             conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as exc:
@@ -105,7 +108,13 @@ class Catalog:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
-            version = _inspect(conn, path)  # read-only: nothing is written to a file we reject
+            # Read-only look in one read transaction (one snapshot: a concurrent creator's
+            # commit cannot fall between our reads); nothing is written to a file we reject.
+            conn.execute("BEGIN")
+            try:
+                version = _inspect(conn, path)
+            finally:
+                conn.execute("COMMIT")
             if version != schema.CURRENT_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -123,11 +132,13 @@ class Catalog:
             # WAL: readers never block the writer; NORMAL sync is crash-safe in WAL
             # (a killed process loses nothing committed), only power loss may drop the
             # last commits, which re-mining restores.
-            conn.execute("PRAGMA journal_mode = WAL")
+            # The journal mode is persistent: only the first opener switches it.
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise CatalogError(f"{path}: not a usable skel catalog ({exc}); the file was left untouched") from None
+            raise CatalogError(f"{path}: not a usable skel catalog ({exc}); the file was left untouched") from exc
         except BaseException:
             conn.close()
             raise
@@ -317,26 +328,26 @@ class Catalog:
     def record_validation(self, run: ValidationRun) -> int:
         """Store one measured (or refused) validation run; returns its id."""
         check_run(run)
-        what = f"validation run {','.join(run.skeletons)} on {run.target} [{run.shape}]"
+        what = f"validation run {','.join(run.skeletons)} on {run.kernel} [{run.shape}]"
         with self.transaction():
             return self._conn.execute(
-                "INSERT INTO validation_runs(skeletons_json, target, shape, dtype, metric, median, ci_low, ci_high, unit, "
+                "INSERT INTO validation_runs(skeletons_json, kernel, shape, dtype, metric, median, ci_low, ci_high, unit, "
                 "gpu, torch_version, triton_version, source_hash, verdict, reason, created_at, extra_json) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (json.dumps(list(run.skeletons)), run.target, run.shape, run.dtype, run.metric, run.median, run.ci_low,
+                (json.dumps(list(run.skeletons)), run.kernel, run.shape, run.dtype, run.metric, run.median, run.ci_low,
                  run.ci_high, run.unit, run.gpu, run.torch_version, run.triton_version, run.source_hash, run.verdict,
                  run.reason, run.created_at or _now(), _dumps(dict(run.extra), what + " extra")),
             ).lastrowid
 
-    def validation_runs(self, skeleton: str | None = None, target: str | None = None) -> list[ValidationRun]:
-        """Runs involving ``skeleton`` (alone or combined with others) and/or on ``target``, oldest first."""
+    def validation_runs(self, skeleton: str | None = None, kernel: str | None = None) -> list[ValidationRun]:
+        """Runs involving ``skeleton`` (alone or combined with others) and/or of ``kernel``, oldest first."""
         clauses, args = [], []
         if skeleton is not None:
             clauses.append("EXISTS (SELECT 1 FROM json_each(validation_runs.skeletons_json) j WHERE j.value = ?)")
             args.append(skeleton.upper())
-        if target is not None:
-            clauses.append("target = ?")
-            args.append(target)
+        if kernel is not None:
+            clauses.append("kernel = ?")
+            args.append(kernel)
         sql = "SELECT * FROM validation_runs" + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id"
         return [_run(r) for r in self._q(sql, args)]
 
@@ -442,7 +453,7 @@ def _finding(r: sqlite3.Row) -> Finding:
 def _run(r: sqlite3.Row) -> ValidationRun:
     extra = tuple((k, freeze(v)) for k, v in json.loads(r["extra_json"]).items())
     return ValidationRun(
-        skeletons=tuple(json.loads(r["skeletons_json"])), target=r["target"], shape=r["shape"], dtype=r["dtype"],
+        skeletons=tuple(json.loads(r["skeletons_json"])), kernel=r["kernel"], shape=r["shape"], dtype=r["dtype"],
         metric=r["metric"], verdict=r["verdict"], median=r["median"], ci_low=r["ci_low"], ci_high=r["ci_high"],
         unit=r["unit"], gpu=r["gpu"], torch_version=r["torch_version"], triton_version=r["triton_version"],
         source_hash=r["source_hash"], reason=r["reason"], created_at=r["created_at"], extra=extra, id=r["id"],

@@ -47,6 +47,8 @@ class Loop:
     kind: str  # range | tl.range | static_range | for | while
     is_time_loop: bool  # iterates over the sequence/token dimension (T, seq_len, ...)
     depth: int = 0
+    # Added by the Triton frontend (defaults keep other producers valid):
+    guards: tuple[str, ...] = ()  # enclosing if-conditions, outermost first ("USE_GATE_IN_KERNEL", "not HAS_A")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ class MemOp:
     block_ptr: bool  # tl.make_block_ptr / TMA descriptor
     loop_line: int | None  # innermost enclosing loop
     loop_invariant: bool  # the address does not depend on the innermost loop's variables
+    # (vacuously True outside loops: check loop_line)
+    guards: tuple[str, ...] = ()  # enclosing if-conditions, outermost first
+    node: str = ""  # dataflow node of the op ("load@152"); its address is node + ":addr"
+    # Added by the CUDA frontend: global | shared (CUDA smem arrays and pointers into them)
+    space: str = "global"
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class Reduction:
     text: str
     axis: str | None
     loop_line: int | None
+    guards: tuple[str, ...] = ()
+    dtype: str = "?"  # of the reduced operand, as far as static analysis can tell
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class Dot:
     allow_tf32: bool | None
     operand_dtypes: tuple[str, ...]  # as far as static analysis can tell ("fp32", "bf16", "?")
     loop_line: int | None
+    guards: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,9 @@ class MathOp:
     text: str
     loop_line: int | None
     detail: tuple[tuple[str, str], ...] = ()  # e.g. (("denominator", "tl.sqrt(tl.sum(b_q*b_q)+1e-6)"),)
+    # Triton detail keys: div -> numerator, denominator, denominator_calls ("tl.sqrt,tl.sum"),
+    # denominator_dtype; other ops -> argument, via (where a bare helper such as exp comes from), dtype.
+    guards: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,21 @@ class LaunchSite:
     constexpr_values: tuple[tuple[str, Any], ...]  # resolved values, e.g. (("BV", 32), ("BK", "next_pow2(K)"))
     num_warps: Any = None
     num_stages: Any = None
+    # Added by the CUDA frontend (kernel<<<grid, block, smem, stream>>>): source texts
+    block: str | None = None
+    shared_mem: str | None = None
+    stream: str | None = None
+
+
+@dataclass(frozen=True)
+class SharedArray:
+    """A CUDA ``__shared__`` array declared in the kernel (added by the CUDA frontend)."""
+
+    name: str
+    dtype: str  # element type as written, e.g. "float", "uint8_t"
+    size: str  # element-count expression as written ("BLOCK * 4"); "" for extern (dynamic)
+    line: int
+    dynamic: bool = False  # extern __shared__ (size set by the launch)
 
 
 @dataclass(frozen=True)
@@ -135,6 +163,12 @@ class KernelProfile:
     # (SSA-ish: "b_q@157" for the assignment at line 157) or "pid:0" for program-id axes.
     dataflow: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # frontend remarks (e.g. "macro X stripped")
+    # Added by the Triton frontend:
+    kind: str = "kernel"  # kernel | device-function (jit helper with no program id and no launch here)
+    # in-kernel names computed from parameters only, e.g. (("NV", "tl.cdiv(V, BV)"),)
+    symbols: tuple[tuple[str, str], ...] = ()
+    # Added by the CUDA frontend: __shared__ arrays (resource constraints: shared memory)
+    shared: tuple[SharedArray, ...] = ()
 
     @property
     def constexprs(self) -> tuple[str, ...]:
@@ -169,6 +203,8 @@ class KernelProfile:
         d["dtypes"] = tuple(d["dtypes"])
         d["dataflow"] = tuple(tuple(e) for e in d.get("dataflow", ()))
         d["notes"] = tuple(d.get("notes", ()))
+        d["symbols"] = tuple(tuple(e) for e in d.get("symbols", ()))
+        d["shared"] = tup(d.get("shared", ()), SharedArray)
         return cls(**d)
 
 

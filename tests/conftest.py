@@ -9,3 +9,64 @@ import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("SKEL_CATALOG", os.path.join(tempfile.mkdtemp(prefix="skel-test-"), "catalog.sqlite"))
+
+
+# --------------------------------------------------------------------- corpora
+# Real kernels for tests come from the package registry at test time, cached outside the
+# repository: $SKEL_CORPUS_CACHE, else ~/.cache/skel/corpus. Nothing is vendored.
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+
+def corpus_cache_dir() -> Path:
+    env = os.environ.get("SKEL_CORPUS_CACHE", "").strip()
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "skel" / "corpus"
+
+
+def fetch_wheel_corpus(dist: str, version: str) -> Path:
+    """Download ``dist==version`` (no deps) once and unpack it; returns the unpacked folder.
+
+    Safe when several test sessions run at once: the wheel is unpacked into a fresh
+    temporary folder and renamed into place; an existing folder is trusted only when it
+    holds every file the wheel lists. Skips the calling test when the registry cannot be
+    reached (the reason names the package and the pip error).
+    """
+    cache = corpus_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    stem = f"{dist.replace('-', '_')}-{version}"
+    target = cache / stem
+    wheels = sorted(cache.glob(f"{stem}-*.whl"))
+    if not wheels:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+             f"{dist}=={version}", "-d", str(cache)],
+            capture_output=True, text=True, timeout=600,
+        )
+        wheels = sorted(cache.glob(f"{stem}-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            pytest.skip(f"cannot fetch {dist}=={version} from the package registry into {cache}: "
+                        f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+    with zipfile.ZipFile(wheels[0]) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        if target.is_dir() and all((target / n).is_file() for n in names):
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=cache))
+        zf.extractall(tmp)
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)  # incomplete: replace it
+    try:
+        tmp.rename(target)
+    except OSError:  # another session renamed its copy first; keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def fla_corpus() -> Path:
+    """fla-core 0.6.0 unpacked: ``fla_corpus / "fla/ops/kda/fused_recurrent.py"``."""
+    return fetch_wheel_corpus("fla-core", "0.6.0")

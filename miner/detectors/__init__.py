@@ -103,7 +103,7 @@ def evaluate(skeleton: Any, profile: KernelProfile, source_text: str, ctx: Ctx |
 def _finding(code: str, kind: str, profile: KernelProfile, hit: Hit):
     from skel.catalog.store import Finding  # the store owns the record type
 
-    return Finding(code, kind, profile.path, hit.line, hit.end_line, profile.name, dict(hit.params))
+    return Finding(code, kind, profile.path, hit.line, hit.end_line, profile.name, hit.params)
 
 
 def detect(module: ModuleType, ctx: Ctx) -> tuple[list[Hit], list[Hit]]:

@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import Any, Callable, Iterable
 
 from skel.miner.profile import KernelProfile
+from skel.miner.detectors.text import names_in  # noqa: F401  (re-exported for detectors)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def no(detail: str) -> Check:
 Predicate = Callable[["Ctx"], Check]
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][\w\s,\[\]\.]*?)\s*(\+=|-=|\*=|/=|=)(?!=)\s*(.+?)\s*;?\s*$")
+LOAD_CALL = re.compile(r"(?<![\w])(?:tl\.load|__ldg|__ldcs|__ldlu|__ldca|__ldcg)\s*\(")
+_ANNOTATED = re.compile(r"^\s*([A-Za-z_]\w*)\s*:\s*[\w\.\[\], ]+?\s*=(?!=)\s*(.+?)\s*$")
 _CPP_DECL = re.compile(r"^\s*(?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
@@ -136,6 +139,36 @@ class Ctx:
         rows = self.defs_of(var, before + 1)
         return rows[-1] if rows else None
 
+    def closure(self, expr: str, line: int, depth: int = 4, through_loads: bool = True) -> list[Assign]:
+        """The assignments ``expr`` (at ``line``) is computed from, following names back ``depth`` steps.
+
+        With ``through_loads=False`` a loaded value is a leaf: its address arithmetic is not
+        part of the value's computation.
+        """
+        out: list[Assign] = []
+        seen: set[tuple[str, int]] = set()
+        frontier = [(n, line) for n in names_in(expr)]
+        for _ in range(depth):
+            nxt = []
+            for name, ln in frontier:
+                if (name, ln) in seen:
+                    continue
+                seen.add((name, ln))
+                rows = self.defs_of(name, ln)
+                if not rows:
+                    continue
+                a = rows[-1]
+                # an augmented assignment (x += y) keeps the earlier value too
+                group = [a] + ([rows[-2]] if a.op != "=" and len(rows) > 1 else [])
+                for d in group:
+                    if d not in out:
+                        out.append(d)
+                        if not through_loads and LOAD_CALL.search(d.rhs):
+                            continue
+                        nxt += [(n, d.line) for n in names_in(d.rhs) | ({name} if d.op != "=" else set())]
+            frontier = nxt
+        return out
+
     # -- profile helpers ---------------------------------------------------------------------
     def loop_at(self, line: int):
         """The innermost loop that contains ``line``."""
@@ -193,6 +226,9 @@ def _parse_assign(stmt: str, line: int, language: str) -> Assign | None:
         m = _CPP_DECL.match(stmt)
         if m:
             return Assign(line, (m.group(1),), m.group(3), m.group(4))
+    ann = _ANNOTATED.match(stmt)
+    if ann:
+        return Assign(line, (ann.group(1),), "=", ann.group(2))
     m = _ASSIGN.match(stmt)
     if not m or stmt.lstrip().startswith(("if ", "elif ", "for ", "while ", "return ", "def ", "@")):
         return None
@@ -206,31 +242,3 @@ def _parse_assign(stmt: str, line: int, language: str) -> Assign | None:
     return Assign(line, targets, m.group(2), rhs)
 
 
-WORD = re.compile(r"[A-Za-z_]\w*")
-
-
-def names_in(expr: str) -> set[str]:
-    return set(WORD.findall(expr))
-
-
-def call_args(text: str, start: int) -> str:
-    """The text between the parenthesis at ``text[start]`` and its match."""
-    depth = 0
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-    return text[start + 1 :]
-
-
-def find_calls(text: str, names: Iterable[str]) -> list[tuple[str, str]]:
-    """Every call ``name(args)`` in ``text`` for the given (possibly dotted) names: (name, args)."""
-    out = []
-    for name in names:
-        for m in re.finditer(rf"(?<![\w\.]){re.escape(name)}\s*\(", text):
-            out.append((name, call_args(text, m.end() - 1)))
-    return out

@@ -1,0 +1,92 @@
+"""Validation contract for gated-delta-rule decode (kernel.py / reference.py beside this file)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from skel.kernels.gdn_decode.reference import gdn_decode_reference
+from skel.validate.spec import Shape, TargetSpec, Tolerance, generator, itemsize, torch_dtype
+
+
+def make_inputs(shape: Shape, dtype: str, seed: int, device) -> dict:
+    """Fresh inputs with serving-like value ranges.
+
+    q, k: Gaussian with a random magnitude per token and head (unnormalised); a: decay input
+    ~ N(0, 1); b: beta logits ~ N(0, 1); A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt
+    log-uniform in [1e-3, 1e-1]; state ~ N(0, 0.5^2) float32.
+    """
+    N, T, H, HV, K, V = (shape[d] for d in ("N", "T", "H", "HV", "K", "V"))
+    gen = generator(shape, seed, device)
+    dt = torch_dtype(dtype)
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen, device=device)
+
+    def uniform(lo, hi, *size):
+        return torch.rand(*size, generator=gen, device=device) * (hi - lo) + lo
+
+    q = randn(N, T, H, K) * uniform(0.5, 4.0, N, T, H, 1)
+    k = randn(N, T, H, K) * uniform(0.5, 4.0, N, T, H, 1)
+    dt_init = torch.exp(uniform(math.log(1e-3), math.log(1e-1), HV))
+    return {
+        "q": q.to(dt),
+        "k": k.to(dt),
+        "v": randn(N, T, HV, V).to(dt),
+        "a": randn(N, T, HV).to(dt),
+        "b": randn(N, T, HV).to(dt),
+        "A_log": torch.log(uniform(1.0, 16.0, HV)),
+        "dt_bias": dt_init + torch.log(-torch.expm1(-dt_init)),
+        "state": randn(N, HV, K, V) * 0.5,
+    }
+
+
+def _dims(shape: Shape):
+    return (shape[d] for d in ("N", "T", "H", "HV", "K", "V"))
+
+
+def roofline_bytes(shape: Shape, dtype: str) -> int:
+    """State read + write (fp32) plus every input and output once."""
+    N, T, H, HV, K, V = _dims(shape)
+    e = itemsize(dtype)
+    state = 2 * N * HV * K * V * 4
+    tokens = N * T * (2 * H * K + 2 * HV * V + 2 * HV) * e  # q, k, v, o, a, b
+    return state + tokens + 2 * HV * 4
+
+
+def flops(shape: Shape, dtype: str) -> int:
+    """Per token and head: decay K*V, k@S 2KV, rank-1 update 2KV, q@S 2KV; norms ~8K."""
+    N, T, H, HV, K, V = _dims(shape)
+    return N * T * HV * (7 * K * V + 8 * K)
+
+
+SPEC = TargetSpec(
+    family="gdn_decode",
+    entry="gdn_decode",
+    make_inputs=make_inputs,
+    reference=gdn_decode_reference,
+    outputs=("o",),
+    inplace=("state",),
+    shape_sets={
+        "ci": (
+            Shape.of(N=2, T=1, H=1, HV=2, K=32, V=24),
+            Shape.of(N=1, T=3, H=2, HV=4, K=48, V=20),
+        ),
+        "decode": tuple(
+            Shape.of(N=n, T=t, H=16, HV=32, K=128, V=128)
+            for t in (1, 2, 4, 8)
+            for n in (1, 8, 32, 64, 128, 256)
+        ),
+        "t1": tuple(Shape.of(N=n, T=1, H=16, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
+        "t8": tuple(Shape.of(N=n, T=8, H=16, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
+    },
+    tolerances={
+        "bfloat16": Tolerance(rel_rms=8e-3, max_abs=3e-2),
+        "float16": Tolerance(rel_rms=2e-3, max_abs=5e-3),
+        "float32": Tolerance(rel_rms=1e-3, max_abs=1e-2),
+    },
+    bytes=roofline_bytes,
+    flops=flops,
+    dtypes=("bfloat16", "float32", "float16"),
+    description="Gated delta rule decode, scalar gate per head, fp32 state in place, GVA",
+)

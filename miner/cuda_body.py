@@ -1,0 +1,538 @@
+"""What a CUDA kernel body does, read from its tree-sitter tree (see ``cuda_frontend``).
+
+One walk over the body records definitions and uses (the dataflow edge list, SSA-ish
+``name@line`` nodes, ``pid:0/1/2`` for ``blockIdx.x/y/z``, ``tid:0/1/2`` for ``threadIdx``),
+loops, memory operations, reductions, math and dots. Classification of names (which
+call is a shuffle, an exp2, an mma; what a PTX string does) lives in ``cuda_ops``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from skel.miner import cuda_ops as ops
+from skel.miner.profile import Dot, Loop, MathOp, MemOp, Param, ProgramAxis, Reduction, SharedArray
+
+_AXES = {"x": 0, "y": 1, "z": 2}
+_LOOPS = {"for_statement": "for", "while_statement": "while", "do_statement": "do",
+          "for_range_loop": "for-range"}
+_INT_TYPE = re.compile(r"\b(?:u?int(?:8|16|32|64)?_t|int|unsigned|long|short|size_t|char|bool|dim3|"
+                       r"IdType|uint|index_t)\b")
+_INTISH_NAME = re.compile(r"(?:^|_)(?:idx|id|num|len|size|stride|offset|count|n|dim|rank|lane|warp)"
+                          r"(?:_|$)|^(?:num|n)_|_(?:idx|len|size|stride|dim|id)$", re.I)
+_TIME_NAME = re.compile(r"(?:^|_)(?:seq_?len|seqlen|kv_len|kvlen|tokens?|time|steps?|kv_chunk\w*|"
+                        r"chunk_size|num_kv\w*|kv_tiles?)(?:_|$)|^(?:T|L|S)$", re.I)
+
+
+def _t(n) -> str:
+    return n.text.decode("utf-8", "replace")
+
+
+def _line(n) -> int:
+    return n.start_point[0] + 1
+
+
+@dataclass
+class BodyFacts:
+    axes: tuple = ()
+    loops: tuple = ()
+    memops: tuple = ()
+    reductions: tuple = ()
+    dots: tuple = ()
+    math: tuple = ()
+    shared: tuple = ()
+    dataflow: tuple = ()
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class _LoopCtx:
+    node: object
+    line: int
+    var: str
+    defined: set = field(default_factory=set)  # names assigned inside the loop
+
+
+class _Walker:
+    def __init__(self, params: list[Param], device_fns: dict[str, int]):
+        self.types: dict[str, str] = {p.name: p.annotation or "" for p in params}
+        self.pointers = {p.name for p in params if p.annotation and "*" in p.annotation}
+        self.shared: set[str] = set()
+        self.shared_rows: list[SharedArray] = []
+        self.device_fns = device_fns
+        self.defs: dict[str, list[tuple[int, int, str, object]]] = {}  # name -> (end_byte, line, node, loop)
+        self.uses: list[tuple[str, int, str, tuple]] = []  # (name, byte, target node, loops)
+        self.loops: list[Loop] = []
+        self.loop_ctx: list[_LoopCtx] = []
+        self.memops: list[MemOp] = []
+        self.reductions: list[Reduction] = []
+        self.math: list[MathOp] = []
+        self.dots: list[Dot] = []
+        self.axis_first: dict[int, int] = {}
+        self.guards = 0
+        self.errors: list[int] = []
+        self.calls: dict[str, int] = {}
+        self.loop_bounds: dict[int, list[str]] = {}
+        self.def_text: dict[str, str] = {}
+        self.assign_target: str | None = None
+        self.target_node: str | None = None  # dataflow node being defined while walking its value
+        self.extra_edges: list[tuple[str, str]] = []
+        self.op_nodes: dict[str, int] = {}
+
+    # ---- dataflow -------------------------------------------------------------------
+    def define(self, name: str, node, value_nodes, self_dep: bool = False) -> str:
+        target = f"{name}@{_line(node)}"
+        text = " ".join(_t(v) for v in value_nodes if v is not None)
+        if text:
+            self.def_text[target] = (self.def_text.get(target, "") + " " + text)[-400:]
+        for v in value_nodes:
+            if v is not None:
+                for src_name, byte in _reads(v):
+                    self.uses.append((src_name, byte, target, tuple(self.loop_ctx)))
+        if self_dep:
+            self.uses.append((name, node.start_byte, target, tuple(self.loop_ctx)))
+        self.defs.setdefault(name, []).append((node.end_byte, _line(node), target, tuple(self.loop_ctx)))
+        for ctx in self.loop_ctx:
+            ctx.defined.add(name)
+        return target
+
+    def edges(self) -> list[tuple[str, str]]:
+        out = []
+        for name, byte, target, loops in self.uses:
+            if name.startswith(("pid:", "tid:")):
+                out.append((name, target))
+                continue
+            defs = self.defs.get(name, ())
+            before = [d for d in defs if d[0] <= byte]
+            srcs = {before[-1][2]} if before else set()
+            for ctx in loops:  # loop-carried: later definitions in an enclosing loop reach back
+                srcs.update(d[2] for d in defs if d[0] > byte and ctx in d[3])
+            if not srcs:
+                srcs = {name}
+            out.extend((s, target) for s in sorted(srcs) if s != target)
+        return list(dict.fromkeys(out + self.extra_edges))
+
+    # ---- walk -----------------------------------------------------------------------
+    def walk(self, n) -> None:
+        t = n.type
+        if t == "ERROR":
+            self.errors.append(_line(n))
+        if t in _LOOPS:
+            return self.loop(n)
+        if t == "declaration":
+            return self.declaration(n)
+        if t == "assignment_expression":
+            return self.assignment(n)
+        if t == "update_expression":
+            arg = n.child_by_field_name("argument")
+            name = _base_name(arg)
+            if name:
+                self.define(name, n, (), self_dep=True)
+        elif t == "field_expression":
+            self.axis_use(n)
+        elif t == "call_expression":
+            self.call(n)
+        elif t == "gnu_asm_expression":
+            self.asm(n)
+        elif t == "subscript_expression":
+            self.subscript(n)
+        elif t == "pointer_expression" and n.child_by_field_name("operator") is not None \
+                and _t(n.child_by_field_name("operator")) == "*":
+            self.deref(n)
+        elif t == "binary_expression" and _t(n.child_by_field_name("operator")) == "/":
+            self.division(n, n.child_by_field_name("left"), n.child_by_field_name("right"))
+        if t in ("if_statement", "conditional_expression"):
+            cond = n.child_by_field_name("condition")
+            if cond is not None:
+                self.walk(cond)
+            self.guards += 1
+            for c in n.children:
+                if c != cond:
+                    self.walk(c)
+            self.guards -= 1
+            return
+        for c in n.children:
+            self.walk(c)
+
+    def loop(self, n) -> None:
+        kind = _LOOPS[n.type]
+        body = n.child_by_field_name("body")
+        header = _t(n)[: body.start_byte - n.start_byte] if body is not None else _t(n)
+        var, bounds = "", []
+        if kind == "for":
+            init = n.child_by_field_name("initializer")
+            if init is not None:
+                self.walk(init)
+                var = _first_declared(init) or ""
+            cond = n.child_by_field_name("condition")
+            bounds = [x for x, _ in _reads(cond)] if cond is not None else []
+        elif kind == "for-range":
+            var = _first_declared(n.child_by_field_name("declarator")) or ""
+            rng = n.child_by_field_name("right")
+            bounds = [x for x, _ in _reads(rng)] if rng is not None else []
+        else:
+            cond = n.child_by_field_name("condition")
+            bounds = [x for x, _ in _reads(cond)] if cond is not None else []
+            var = bounds[0] if bounds else ""
+        ctx = _LoopCtx(n, _line(n), var)
+        if var:
+            ctx.defined.add(var)
+        self.loop_ctx.append(ctx)
+        index = len(self.loops)
+        self.loops.append(None)  # placeholder keeps source order for nested loops
+        for c in n.children:
+            if kind == "for" and c == n.child_by_field_name("initializer"):
+                continue
+            if kind == "for-range" and c == n.child_by_field_name("declarator"):
+                self.define(var, n, (n.child_by_field_name("right"),))
+                continue
+            self.walk(c)
+        self.loop_ctx.pop()
+        bounds = [b for b in bounds if b != var]
+        self.loops[index] = Loop(line=_line(n), end_line=n.end_point[0] + 1, var=var,
+                                 iter_text=" ".join(header.split()), kind=kind,
+                                 is_time_loop=False, depth=len(self.loop_ctx))
+        self.loop_bounds[index] = bounds
+
+    def declaration(self, n) -> None:
+        text = _t(n)
+        type_node = n.child_by_field_name("type")
+        type_text = _t(type_node) if type_node is not None else ""
+        is_shared = "__shared__" in text.split("=")[0]
+        for d in n.children_by_field_name("declarator"):
+            name = _first_declared(d)
+            if not name:
+                continue
+            self.types[name] = type_text
+            dtext = _t(d).split("=")[0]
+            if "*" in dtext:
+                value = d.child_by_field_name("value")
+                if value is not None and any(x in self.shared for x, _ in _reads(value)):
+                    self.shared.add(name)
+                else:
+                    self.pointers.add(name)
+            if is_shared:
+                self.shared.add(name)
+                size = re.findall(r"\[([^\]]*)\]", dtext)
+                self.shared_rows.append(SharedArray(name, type_text, " * ".join(size) if size else "",
+                                                    _line(n), "extern" in text.split(name)[0]))
+            value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+            if value is None and d.type == "init_declarator":  # T x(a, b) / T x{a}
+                value = next((c for c in d.named_children if c.type in ("argument_list", "initializer_list")), None)
+            node = self.define(name, d, (value,))
+            if value is not None:
+                self.assign_target, self.target_node = name, node
+                self.walk(value)
+                self.assign_target = self.target_node = None
+            for c in d.named_children:  # array sizes, nested expressions
+                if c != value and c.type not in ("identifier",):
+                    self.walk(c)
+
+    def assignment(self, n) -> None:
+        left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+        op = _t(n.child_by_field_name("operator"))
+        name = _base_name(left)
+        node = None
+        if name:
+            idx = [left] if left.type in ("subscript_expression", "pointer_expression") else []
+            node = self.define(name, n, [right] + idx, self_dep=op != "=" or left.type != "identifier")
+        if left.type in ("subscript_expression", "pointer_expression"):
+            store = self.memory_access(left, "store", None)
+            if store:
+                for src, byte in _reads(right):
+                    self.uses.append((src, byte, store, tuple(self.loop_ctx)))
+            if op != "=":
+                self.memory_access(left, "load", None)
+            for c in left.named_children:
+                self.walk(c)
+        else:
+            self.walk(left)
+        if op == "/=":
+            self.division(n, left, right)
+        self.assign_target, self.target_node = name, node
+        self.walk(right)
+        self.assign_target = self.target_node = None
+
+    # ---- program axes -----------------------------------------------------------------
+    def axis_use(self, n) -> None:
+        obj, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+        if obj is not None and fld is not None and _t(obj) == "blockIdx" and _t(fld) in _AXES:
+            self.axis_first.setdefault(_AXES[_t(fld)], _line(n))
+
+    # ---- memory -----------------------------------------------------------------------
+    def memory_access(self, n, kind: str, modifier: str | None, evict: str | None = None,
+                      block: bool = False, pointer_node=None, space: str | None = None) -> str | None:
+        """Record a memory op; returns its dataflow node ("load@LINE", "#2" for a second one)."""
+        ptr = pointer_node if pointer_node is not None else n
+        names = [x for x, _ in _reads(ptr)]
+        if space is None:
+            base = ptr.child_by_field_name("argument") if ptr.type == "subscript_expression" else ptr
+            based = {x for x, _ in _reads(base)} if base is not None else set(names)
+            space = "shared" if based & self.shared else ("global" if based & self.pointers else None)
+        if space is None:
+            return None
+        node = f"{kind}@{_line(n)}"
+        self.op_nodes[node] = self.op_nodes.get(node, 0) + 1
+        if self.op_nodes[node] > 1:
+            node += f"#{self.op_nodes[node]}"
+        for src, byte in _reads(ptr):
+            self.uses.append((src, byte, node + ":addr", tuple(self.loop_ctx)))
+        self.extra_edges.append((node + ":addr", node))
+        if kind == "load" and self.target_node:
+            self.extra_edges.append((node, self.target_node))
+        loop = self.loop_ctx[-1] if self.loop_ctx else None
+        invariant = loop is None or not any(x in loop.defined for x in names)
+        self.memops.append(MemOp(kind=kind, line=_line(n), pointer=" ".join(_t(ptr).split()),
+                                 target=self.assign_target if kind == "load" else None,
+                                 masked=self.guards > 0, eviction_policy=evict, cache_modifier=modifier,
+                                 block_ptr=block, loop_line=loop.line if loop else None,
+                                 loop_invariant=invariant, node=node, space=space))
+        return node
+
+    def subscript(self, n) -> None:
+        parent = n.parent
+        if parent is not None and parent.type == "subscript_expression" and \
+                parent.child_by_field_name("argument") == n:
+            return  # inner part of a[i][j]: the outer access is the memory op
+        if parent is not None and parent.type == "pointer_expression" and _t(parent.children[0]) == "&":
+            return  # &a[i] is an address, not an access
+        if parent is not None and parent.type == "assignment_expression" and parent.child_by_field_name("left") == n:
+            return  # recorded by assignment()
+        self.memory_access(n, "load", None, pointer_node=n)
+
+    def deref(self, n) -> None:
+        parent = n.parent
+        if parent is not None and parent.type == "assignment_expression" and parent.child_by_field_name("left") == n:
+            return
+        self.memory_access(n, "load", None, pointer_node=n)
+
+    def call(self, n) -> None:
+        fn = n.child_by_field_name("function")
+        if fn is None:
+            return
+        name, full = ops.call_name(_t(fn))
+        args = n.child_by_field_name("arguments")
+        argv = [a for a in args.named_children if a.type != "comment"] if args is not None else []
+        loop = self.loop_ctx[-1].line if self.loop_ctx else None
+        if name in self.device_fns:
+            self.calls.setdefault(name, self.device_fns[name])
+        mem = ops.memory_call(name, full)
+        if mem is not None and argv:
+            kind, modifier, evict, block = mem
+            ptr = argv[0]
+            if kind == "load" and ops.is_async_copy(name, full) and len(argv) >= 2:
+                ptr = argv[1]  # cp_async(dst_smem, src_gmem, ...): the global side is read
+            self.memory_access(n, kind, modifier, evict, block, pointer_node=ptr, space="global")
+        red = ops.reduction_call(name, full)
+        if red is not None:
+            axis = _t(argv[2]) if red == "warp-shuffle" and len(argv) >= 3 else (
+                _t(argv[1]) if red == "warp-shuffle" and len(argv) == 2 else None)
+            self.reductions.append(Reduction(red, _line(n), " ".join(_t(n).split()), axis, loop))
+        mop = ops.math_call(name)
+        if mop is not None:
+            detail = [("fn", name)]
+            if argv:
+                detail.append(("arg", " ".join(_t(argv[0]).split())))
+            if mop in ("rcp", "div") and argv:
+                detail.append(("denominator", " ".join(_t(argv[-1]).split())))
+            self.math.append(MathOp(mop, _line(n), " ".join(_t(n).split()), loop, tuple(detail)))
+        if ops.is_dot_call(name, full):
+            dtypes, prec = ops.dot_dtypes(full)
+            self.dots.append(Dot(_line(n), " ".join(_t(n).split()), prec, None, dtypes, loop))
+
+    def asm(self, n) -> None:
+        strings = [c for c in n.children if c.type in ("string_literal", "concatenated_string")]
+        if not strings:
+            return
+        ptx = "".join(re.findall(r'"((?:\\.|[^"\\])*)"', _t(strings[0])))
+        loop = self.loop_ctx[-1].line if self.loop_ctx else None
+        inputs = [c for c in n.children if c.type == "gnu_asm_input_operand_list"]
+        operands = [o.child_by_field_name("value") for o in inputs[0].named_children] if inputs else []
+        operands = [o for o in operands if o is not None]
+        text = " ".join(_t(n).split())
+        for ins in ops.ptx_instructions(ptx):
+            kind = ins.kind
+            if kind in ("load", "store", "atomic"):
+                ptr = operands[min(ins.operand, len(operands) - 1)] if operands else n
+                self.memory_access(n, kind, ins.modifier, ins.evict, ins.block, pointer_node=ptr,
+                                   space="global")
+                if kind == "atomic":
+                    self.reductions.append(Reduction(ins.op, _line(n), text, None, loop))
+            elif kind == "reduction":
+                self.reductions.append(Reduction(ins.op, _line(n), text, None, loop))
+            elif kind == "math":
+                self.math.append(MathOp(ins.op, _line(n), text, loop, (("ptx", ins.opcode),)))
+            elif kind == "dot":
+                self.dots.append(Dot(_line(n), text, ins.precision, None, ins.dtypes, loop))
+
+    def division(self, n, num, den) -> None:
+        if den is None or (self._is_int(num) and self._is_int(den)):
+            return
+        loop = self.loop_ctx[-1].line if self.loop_ctx else None
+        detail = (("denominator", " ".join(_t(den).split())),
+                  ("denominator_sqrt", "yes" if re.search(r"\bsqrt", _t(den)) else "no"))
+        self.math.append(MathOp("div", _line(n), " ".join(_t(n).split()), loop, detail))
+
+    def _is_int(self, n) -> bool:
+        if n is None:
+            return False
+        t = n.type
+        if t == "number_literal":
+            s = _t(n).lower()
+            return "p" not in s if s.startswith("0x") else not any(c in s for c in ".ef")
+        if t == "identifier":
+            ty = self.types.get(_t(n))
+            return bool(_INT_TYPE.search(ty)) if ty is not None else bool(_INTISH_NAME.search(_t(n)))
+        if t == "field_expression":
+            obj = n.child_by_field_name("argument")
+            if obj is not None and _t(obj) in ("blockIdx", "threadIdx", "blockDim", "gridDim"):
+                return True
+            fld = n.child_by_field_name("field")
+            return fld is not None and bool(_INTISH_NAME.search(_t(fld)))
+        if t == "sizeof_expression":
+            return True
+        if t in ("parenthesized_expression",):
+            return self._is_int(n.named_children[0]) if n.named_children else False
+        if t == "binary_expression":
+            return self._is_int(n.child_by_field_name("left")) and self._is_int(n.child_by_field_name("right"))
+        if t == "call_expression":
+            fn = n.child_by_field_name("function")
+            return fn is not None and bool(re.search(r"ceil_div|div_up|cdiv|round_up", _t(fn)))
+        return False
+
+
+def _reads(n):
+    """(name, byte) for every value read in expression ``n``: identifiers, field paths of
+    ``this``-less structs (``params.q`` reads ``params``), blockIdx/threadIdx as pid/tid."""
+    out = []
+    stack = [n]
+    while stack:
+        c = stack.pop()
+        if c.type == "field_expression":
+            obj, fld = c.child_by_field_name("argument"), c.child_by_field_name("field")
+            if obj is not None and fld is not None and _t(obj) in ("blockIdx", "threadIdx") and _t(fld) in _AXES:
+                out.append((("pid:" if _t(obj) == "blockIdx" else "tid:") + str(_AXES[_t(fld)]), c.start_byte))
+                continue
+            if obj is not None:
+                stack.append(obj)
+            continue
+        if c.type == "call_expression":
+            args = c.child_by_field_name("arguments")
+            fn = c.child_by_field_name("function")
+            if fn is not None and fn.type == "field_expression":
+                stack.append(fn.child_by_field_name("argument"))
+            if args is not None:
+                stack.append(args)
+            continue
+        if c.type == "identifier":
+            out.append((_t(c), c.start_byte))
+            continue
+        if c.type in ("template_argument_list", "type_descriptor", "string_literal", "lambda_expression"):
+            continue
+        stack.extend(reversed(c.children))
+    out.sort(key=lambda x: x[1])
+    return out
+
+
+def _base_name(n) -> str | None:
+    while n is not None:
+        if n.type == "identifier":
+            return _t(n)
+        if n.type == "field_expression":
+            n = n.child_by_field_name("argument")
+            continue
+        if n.type in ("subscript_expression", "pointer_expression", "parenthesized_expression",
+                      "cast_expression"):
+            n = n.child_by_field_name("argument") or n.child_by_field_name("value") or (
+                n.named_children[-1] if n.named_children else None)
+            continue
+        return None
+    return None
+
+
+def _first_declared(n) -> str | None:
+    if n is None:
+        return None
+    if n.type == "identifier":
+        return _t(n)
+    if n.type == "assignment_expression":
+        return _base_name(n.child_by_field_name("left"))
+    d = n.child_by_field_name("declarator")
+    if d is not None:
+        return _first_declared(d)
+    for c in n.named_children:
+        if c.type in ("identifier", "init_declarator", "pointer_declarator", "array_declarator",
+                      "reference_declarator", "assignment_expression"):
+            return _first_declared(c)
+    return None
+
+
+def analyze_body(fn, params: list[Param], device_fns: dict[str, int]) -> BodyFacts:
+    w = _Walker(params, device_fns)
+    body = fn.child_by_field_name("body")
+    if body is not None:
+        w.walk(body)
+    edges = w.edges()
+    facts = BodyFacts(memops=tuple(w.memops), reductions=tuple(w.reductions), dots=tuple(w.dots),
+                      math=tuple(ops.mark_log2e(w.math, edges, w.def_text)), shared=tuple(w.shared_rows),
+                      dataflow=tuple(edges))
+    facts.loops = tuple(_mark_time_loops(w.loops, w.loop_bounds, edges))
+    facts.axes = tuple(_axes(w.axis_first, edges))
+    if w.errors:
+        facts.notes.append("parse errors inside the kernel at lines " +
+                           ", ".join(map(str, sorted(set(w.errors))[:10])))
+    for name, line in w.calls.items():
+        facts.notes.append(f"calls __device__ function {name} (line {line})")
+    return facts
+
+
+def _parents(edges) -> dict[str, set[str]]:
+    par: dict[str, set[str]] = {}
+    for a, b in edges:
+        par.setdefault(b, set()).add(a)
+    return par
+
+
+def _mark_time_loops(loops: list[Loop], bounds: dict[int, list[str]], edges) -> list[Loop]:
+    par = _parents(edges)
+    out = []
+    for i, lp in enumerate(loops):
+        names = bounds.get(i, [])
+        hit = any(_TIME_NAME.search(x) for x in names)
+        if not hit:  # the bound is computed from a sequence length: num_iters = cdiv(seq_len, TILE)
+            frontier = {d for a, b in edges for d in (b,) if b.split("@")[0] in names}
+            seen: set[str] = set()
+            for _ in range(3):
+                frontier = {p for x in frontier for p in par.get(x, ())} - seen
+                seen |= frontier
+            hit = any(_TIME_NAME.search(x.split("@")[0]) for x in seen)
+        out.append(Loop(lp.line, lp.end_line, lp.var, lp.iter_text, lp.kind, hit, lp.depth))
+    return out
+
+
+def _axes(first: dict[int, int], edges) -> list[ProgramAxis]:
+    children: dict[str, list[str]] = {}
+    for a, b in edges:
+        children.setdefault(a, []).append(b)
+    out = []
+    for axis in sorted(first):
+        root = f"pid:{axis}"
+        direct = children.get(root, [])
+        seen, order, todo = set(), [], list(direct)
+        while todo:
+            x = todo.pop(0)
+            if x in seen:
+                continue
+            seen.add(x)
+            order.append(x)
+            todo.extend(children.get(x, []))
+        names = list(dict.fromkeys(x.split("@")[0] for x in order
+                                   if not x.startswith(("load@", "store@", "atomic@"))))
+        var = direct[0].split("@")[0] if direct else "blockIdx." + "xyz"[axis]
+        roles = tuple((n, r) for n in names[:40] if (r := ops.axis_role(n)))
+        out.append(ProgramAxis(axis, var, first[axis], tuple(names), roles))
+    return out
+
+
+def dtypes_in(code: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m.group() for m in ops.DTYPE.finditer(code)))

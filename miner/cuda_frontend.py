@@ -1,0 +1,437 @@
+"""CUDA C++ frontend: ``KernelProfile`` for every ``__global__`` function in a source file.
+
+Static only: the text is parsed with tree-sitter-cuda, never compiled or run. Real headers
+are first made parseable by ``cuda_macros.sanitize`` (macro specifiers mapped or stripped,
+``#if`` chains flattened; offsets and lines unchanged). A kernel the whole-file parse loses
+in an ERROR region is re-parsed alone (the rest of the file blanked, so lines still match);
+a file with ``__global__`` definitions of which none can be profiled raises ``ValueError``
+naming the path and line, which the miner reports and skips.
+
+The body analysis lives in ``cuda_body`` (dataflow, axes, loops, memory, math, dots);
+this module finds kernels, their parameters and their launch sites.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from skel.miner.cuda_body import analyze_body, dtypes_in
+from skel.miner.cuda_macros import Sanitized, sanitize
+from skel.miner.profile import KernelProfile, LaunchSite, Param
+
+__all__ = ["profile_source", "profile_file"]
+
+_GLOBAL = re.compile(r"\b__global__\b")
+_TEMPLATE_PARAM_TYPES = ("parameter_declaration", "optional_parameter_declaration",
+                         "type_parameter_declaration", "optional_type_parameter_declaration",
+                         "variadic_type_parameter_declaration", "variadic_parameter_declaration",
+                         "template_template_parameter_declaration")
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    import tree_sitter
+    import tree_sitter_cuda
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_cuda.language()))
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    node: object  # function_definition
+    template: object | None  # enclosing template_declaration
+    fragment: bool  # recovered by re-parsing the kernel alone
+
+
+def profile_file(path: str) -> list[KernelProfile]:
+    """Read ``path`` (UTF-8) and profile it; ValueError on unreadable or non-text input."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {e.start})") from e
+    return profile_source(text, path)
+
+
+def profile_source(text: str, path: str) -> list[KernelProfile]:
+    """One ``KernelProfile`` per ``__global__`` function defined in ``text``.
+
+    Raises ValueError("path:line: why") for binary input, or when the file defines
+    ``__global__`` functions and none of them can be parsed.
+    """
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise ValueError(f"{path}:{text.count(chr(10), 0, nul) + 1}: binary file (NUL byte)")
+    if "__global__" not in text and "_GLOBAL" not in text:
+        return []
+    san = sanitize(text)
+    wanted = [m.start() for m in _GLOBAL.finditer(san.code)]
+    if not wanted:
+        return []
+    src = san.text.encode("utf-8")
+    root = _parser().parse(src).root_node
+    kernels = [_Kernel(n, t, False) for n, t in _find_kernels(root)]
+    device_fns = _device_functions(root)
+    launches = _launch_sites(root)
+    failed: list[int] = []
+    covered = [(k.node.start_byte, k.node.end_byte) for k in kernels]
+    for off in wanted:
+        boff = len(san.text[:off].encode("utf-8")) if not san.text.isascii() else off
+        if any(a <= boff < b for a, b in covered):
+            continue
+        k, status = _recover(san, off, path)
+        if k is not None:
+            kernels.append(k)
+            covered.append((k.node.start_byte, k.node.end_byte))
+        elif status == "failed":
+            failed.append(san.text.count("\n", 0, off) + 1)
+    if not kernels and failed:
+        raise ValueError(f"{path}:{failed[0]}: cannot parse the __global__ function here "
+                         f"({len(failed)} kernel(s) in the file, none parseable)")
+    file_notes = []
+    if san.stripped:
+        file_notes.append("macros stripped or mapped: " + ", ".join(san.stripped))
+    if failed:
+        file_notes.append("kernels at lines " + ", ".join(map(str, failed)) + " not parsed")
+    kernels.sort(key=lambda k: k.node.start_byte)
+    return [_profile(k, path, san, launches, device_fns, file_notes) for k in kernels]
+
+
+def _find_kernels(root):
+    """(function_definition, template_declaration|None) for each __global__ definition."""
+    out = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "function_definition":
+            if any(c.type == "__global__" for c in n.children):
+                parent = n.parent
+                out.append((n, parent if parent is not None and parent.type == "template_declaration" else None))
+            continue  # no kernels inside function bodies
+        stack.extend(reversed(n.children))
+    return out
+
+
+def _device_functions(root) -> dict[str, int]:
+    out: dict[str, int] = {}
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "function_definition":
+            if any(c.type == "__device__" for c in n.children):
+                name = _function_name(n)
+                if name:
+                    out.setdefault(name.split("::")[-1], n.start_point[0] + 1)
+            continue
+        stack.extend(n.children)
+    return out
+
+
+def _recover(san: Sanitized, off: int, path: str):
+    """Re-parse the definition around the __global__ at ``off`` alone.
+
+    Returns (kernel, "ok") or (None, "declaration") for a prototype, (None, "failed").
+    """
+    code = san.code
+    start = _definition_start(code, off)
+    brace = _first_body_brace(code, off)
+    if brace is None:
+        return None, "declaration"
+    end = _matching_brace(code, brace)
+    if end is None:
+        return None, "failed"
+    blanked = (re.sub(r"[^\n]", " ", san.text[:start]) + san.text[start:end + 1]
+               + re.sub(r"[^\n]", " ", san.text[end + 1:]))
+    root = _parser().parse(blanked.encode("utf-8")).root_node
+    found = _find_kernels(root)
+    if not found:
+        return None, "failed"
+    node, template = found[0]
+    return _Kernel(node, template, True), "ok"
+
+
+def _definition_start(code: str, off: int) -> int:
+    """Start of the declaration holding offset ``off``: just after the previous ; { or }."""
+    depth = 0
+    i = off - 1
+    while i >= 0:
+        c = code[i]
+        if c in ")>]":
+            depth += 1
+        elif c in "(<[":
+            depth -= 1
+        elif c in ";{}" and depth <= 0:
+            return i + 1
+        i -= 1
+    return 0
+
+
+def _first_body_brace(code: str, off: int) -> int | None:
+    depth = 0
+    for i in range(off, min(len(code), off + 20000)):
+        c = code[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif depth == 0 and c == ";":
+            return None
+        elif depth == 0 and c == "{":
+            return i
+    return None
+
+
+def _matching_brace(code: str, open_at: int) -> int | None:
+    depth = 0
+    for i in range(open_at, len(code)):
+        c = code[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def text_of(node) -> str:
+    return node.text.decode("utf-8", "replace")
+
+
+def _function_name(fn) -> str | None:
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    if decl is None:
+        return None
+    name = decl.child_by_field_name("declarator")
+    if name is None:
+        return None
+    if name.type == "template_function":
+        name = name.child_by_field_name("name")
+    return text_of(name)
+
+
+def declared_name(decl) -> str | None:
+    """The identifier a (possibly pointer/array/reference) declarator declares."""
+    while decl is not None:
+        if decl.type in ("identifier", "field_identifier"):
+            return text_of(decl)
+        inner = decl.child_by_field_name("declarator")
+        if inner is None:
+            inner = next((c for c in decl.named_children if c.type in (
+                "identifier", "pointer_declarator", "reference_declarator", "array_declarator",
+                "init_declarator", "parenthesized_declarator")), None)
+        decl = inner
+    return None
+
+
+def _params(fn, template) -> tuple[list[Param], list[Param]]:
+    """(template parameters, function parameters) in source order."""
+    tparams: list[Param] = []
+    if template is not None:
+        plist = template.child_by_field_name("parameters")
+        for p in plist.named_children if plist is not None else ():
+            if p.type not in _TEMPLATE_PARAM_TYPES:
+                continue
+            is_type = "type_parameter" in p.type or p.type.startswith("template_template")
+            name = declared_name(p.child_by_field_name("declarator")) if not is_type else None
+            if is_type:
+                ids = [c for c in p.named_children if c.type == "type_identifier"]
+                name = text_of(ids[0]) if ids else None
+            if name is None:
+                continue
+            ann = "typename" if is_type else text_of(p.child_by_field_name("type"))
+            default = p.child_by_field_name("default_value") or p.child_by_field_name("default_type")
+            tparams.append(Param(name, ann, not is_type, text_of(default) if default else None))
+    fparams: list[Param] = []
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    plist = decl.child_by_field_name("parameters") if decl is not None else None
+    for p in plist.named_children if plist is not None else ():
+        if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+            continue
+        d = p.child_by_field_name("declarator")
+        name = declared_name(d)
+        if name is None:
+            continue
+        full = " ".join(text_of(p).split())
+        cut = full.rfind(name)
+        ann = (full[:cut] + full[cut + len(name):]).strip() if cut >= 0 else full
+        default = p.child_by_field_name("default_value")
+        fparams.append(Param(name, ann, False, text_of(default) if default else None))
+    return tparams, fparams
+
+
+@dataclass(frozen=True)
+class _Launch:
+    name: str
+    line: int
+    grid: str
+    block: str | None
+    smem: str | None
+    stream: str | None
+    template_args: tuple[str, ...]
+    args: tuple[str, ...] | None
+    fn_text: str  # enclosing function, to resolve dim3 variables
+
+
+def _launch_sites(root) -> list[_Launch]:
+    out = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "call_expression":
+            kcs = next((c for c in n.children if c.type == "kernel_call_syntax"), None)
+            launch = _chevron_launch(n, kcs) if kcs is not None else _api_launch(n)
+            if launch is not None:
+                out.append(launch)
+        stack.extend(n.children)
+    return out
+
+
+def _enclosing_function_text(n) -> str:
+    p = n.parent
+    while p is not None and p.type != "function_definition":
+        p = p.parent
+    return text_of(p) if p is not None else ""
+
+
+def _callee(fn_node) -> tuple[str, tuple[str, ...]]:
+    targs: tuple[str, ...] = ()
+    if fn_node.type == "template_function":
+        al = fn_node.child_by_field_name("arguments")
+        targs = tuple(text_of(a) for a in al.named_children) if al is not None else ()
+        fn_node = fn_node.child_by_field_name("name")
+    elif fn_node.type == "qualified_identifier":
+        inner = fn_node.child_by_field_name("name")
+        if inner is not None and inner.type == "template_function":
+            return _callee(inner)
+    return text_of(fn_node).split("::")[-1], targs
+
+
+def _chevron_launch(call, kcs) -> _Launch | None:
+    fn = call.child_by_field_name("function")
+    if fn is None:
+        return None
+    name, targs = _callee(fn)
+    cfg = [text_of(c) for c in kcs.named_children]
+    al = call.child_by_field_name("arguments")
+    args = tuple(text_of(a) for a in al.named_children if a.type != "comment") if al is not None else ()
+    cfg += [None] * (4 - len(cfg))
+    return _Launch(name, call.start_point[0] + 1, cfg[0] or "", cfg[1], cfg[2], cfg[3], targs, args,
+                   _enclosing_function_text(call))
+
+
+_API_LAUNCH = {"cudaLaunchKernel": (1, 2, 4, 5), "cudaLaunchCooperativeKernel": (1, 2, 4, 5)}
+
+
+def _api_launch(call) -> _Launch | None:
+    """``cudaLaunchKernel((void*)kernel, grid, block, args, smem, stream)`` with ``kernel``
+    bound in the same function to ``auto kernel = Name<...>;``."""
+    fn = call.child_by_field_name("function")
+    if fn is None or text_of(fn).split("::")[-1] not in _API_LAUNCH:
+        return None
+    al = call.child_by_field_name("arguments")
+    args = [text_of(a) for a in al.named_children] if al is not None else []
+    gi, bi, si, ti = _API_LAUNCH[text_of(fn).split("::")[-1]]
+    if len(args) <= bi:
+        return None
+    fn_text = _enclosing_function_text(call)
+    ref = re.sub(r"\([^()]*\)|[&\s]", "", args[0])  # drop casts and address-of
+    m = re.search(rf"\b{re.escape(ref)}\s*=\s*&?\s*([\w:]+)\s*(<(?:[^;{{}}]*)>)?\s*;", fn_text)
+    name = m.group(1).split("::")[-1] if m else ref
+    targs = tuple(_split_top(m.group(2)[1:-1])) if m and m.group(2) else ()
+    pick = lambda i: args[i] if len(args) > i else None  # noqa: E731
+    return _Launch(name, call.start_point[0] + 1, args[gi], args[bi], pick(si), pick(ti), targs, None,
+                   fn_text)
+
+
+def _split_top(s: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for c in s:
+        if c in "(<[{":
+            depth += 1
+        elif c in ")>]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    if "".join(cur).strip():
+        parts.append("".join(cur).strip())
+    return parts
+
+
+def _dims(expr: str, fn_text: str) -> tuple[str, ...]:
+    """The components of a grid/block expression: dim3(a, b) or a dim3 variable declared
+    in the launching function; otherwise the expression itself."""
+    expr = expr.strip()
+    m = re.fullmatch(r"(?:dim3)?\s*[({](.*)[)}]", expr, re.DOTALL)
+    if m and expr.startswith(("dim3", "{")):
+        return tuple(_split_top(m.group(1)))
+    if re.fullmatch(r"\w+", expr):
+        d = re.search(rf"\bdim3\s+{expr}\s*(?:=\s*dim3\s*)?=?\s*[({{](.*?)[)}}]\s*;", fn_text, re.DOTALL)
+        if d:
+            return tuple(_split_top(d.group(1)))
+    return (expr,)
+
+
+def _literal(v: str):
+    v = v.strip()
+    if v in ("true", "false"):
+        return v == "true"
+    m = re.fullmatch(r"(-?\d+)[uUlL]*", v)
+    return int(m.group(1)) if m else v
+
+
+def _num_warps(block: str | None, fn_text: str):
+    if not block:
+        return None
+    total = 1
+    for d in _dims(block, fn_text):
+        val = _literal(d)
+        if not isinstance(val, int) or isinstance(val, bool):
+            return None
+        total *= val
+    return max(1, total // 32)
+
+
+def _launch_profile(l: _Launch, tparams: list[Param], fparams: list[Param]) -> LaunchSite:
+    args = tuple((p.name, a) for p, a in zip(fparams, l.args)) if l.args is not None else ()
+    values = tuple((p.name, _literal(a)) for p, a in zip(tparams, l.template_args))
+    dims = _dims(l.grid, l.fn_text)
+    return LaunchSite(line=l.line, grid=l.grid, grid_dims=dims, args=args, constexpr_values=values,
+                      num_warps=_num_warps(l.block, l.fn_text), block=l.block, shared_mem=l.smem,
+                      stream=l.stream)
+
+
+def _profile(k: _Kernel, path: str, san: Sanitized, launches, device_fns, file_notes) -> KernelProfile:
+    fn = k.node
+    name = _function_name(fn) or "?"
+    short = name.split("::")[-1]
+    tparams, fparams = _params(fn, k.template)
+    head = k.template if k.template is not None else fn
+    body = analyze_body(fn, tparams + fparams, device_fns)
+    notes = list(file_notes) + list(body.notes)
+    if k.fragment:
+        notes.append("recovered by parsing the kernel alone (parse errors elsewhere in the file)")
+    sites = tuple(_launch_profile(l, tparams, fparams) for l in launches if l.name == short)
+    start, end = head.start_byte, fn.end_byte
+    kernel_code = san.code.encode("utf-8")[start:end].decode("utf-8", "replace")
+    return KernelProfile(
+        name=name, path=path, language="cuda",
+        line=fn.start_point[0] + 1, end_line=fn.end_point[0] + 1,
+        params=tuple(tparams + fparams), program_axes=body.axes, loops=body.loops,
+        memops=body.memops, reductions=body.reductions, dots=body.dots, math=body.math,
+        dtypes=dtypes_in(kernel_code), launches=sites, dataflow=body.dataflow,
+        shared=body.shared, notes=tuple(notes),
+    )

@@ -1,0 +1,214 @@
+"""Make real CUDA headers parseable by tree-sitter-cuda without running a preprocessor.
+
+tree-sitter sees the file before macro expansion, so ``FLASHINFER_INLINE void f()`` or
+``CUTLASS_DEVICE`` reads as a type name followed by garbage and the parser emits ERROR
+nodes that can swallow whole kernels. ``sanitize`` rewrites the text so that it parses,
+and every edit keeps the length of what it replaces (spaces, or a shorter CUDA keyword
+padded with spaces) and never touches a newline: byte offsets, lines and columns of the
+sanitized text are those of the original file.
+
+What it does, in order:
+1. finds comments, string literals and preprocessor lines (a small lexer), so later
+   steps only look at code;
+2. flattens ``#if``/``#ifdef``/``#elif``/``#else``/``#endif``: keeps the first branch
+   (the second for ``#if 0``) and blanks the directives and the other branches, because
+   branches with unbalanced braces are the commonest cause of ERROR nodes;
+3. maps known specifier macros to the CUDA keyword they expand to (``CUTLASS_DEVICE`` ->
+   ``__device__``) and strips attribute-like macros (``__align__(16)``,
+   ``__cluster_dims__(...)``, ``C10_LAUNCH_BOUNDS_1(...)``, ``[[...]]``);
+4. strips, generically, any other ALL-CAPS identifier (with its argument list, if any)
+   that stands where a declaration specifier would be: followed by another identifier
+   (``MY_API static int f()``), which valid expanded C++ never has for a value.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Known macros -> the CUDA specifier they expand to (must not be longer than the macro).
+SPECIFIER_MACROS: dict[str, str] = {
+    "CUTLASS_DEVICE": "__device__",
+    "CUTLASS_HOST_DEVICE": "__host__ __device__",
+    "CUTLASS_GLOBAL": "__global__",
+    "CUTLASS_HOST": "__host__",
+    "CUTE_DEVICE": "__device__",
+    "CUTE_HOST_DEVICE": "__device__",
+    "CUTE_HOST": "__host__",
+    "FLASHINFER_INLINE": "__device__",
+    "FLASHINFER_HOST_DEVICE": "__host__ __device__",
+    "FLASHINFER_DEVICE": "__device__",
+    "_CCCL_DEVICE": "__device__",
+    "_CCCL_HOST": "__host__",
+    "_CCCL_HOST_DEVICE": "__device__",
+    "_CCCL_API": "",
+    "C10_DEVICE": "__device__",
+    "C10_HOST_DEVICE": "__device__",
+    "C10_HOST": "__host__",
+    "DEVICE_INLINE": "__device__",
+    "HOST_DEVICE": "__device__",
+}
+# Function-like attributes the grammar does not know: always stripped with their arguments.
+ATTRIBUTE_CALLS = re.compile(r"__align__|__cluster_dims__|__maxnreg__|\w*LAUNCH_BOUNDS\w*")
+# ALL-CAPS names that are real types, never stripped.
+KNOWN_CAPS_TYPES = frozenset({"FILE", "CUresult", "CUDA", "BOOL", "DWORD"})
+# After these tokens an ALL-CAPS name is a type or a name being declared, not a macro.
+_NO_STRIP_AFTER = frozenset(
+    {"struct", "class", "enum", "union", "namespace", "typename", "::", ".", "->", "new",
+     "operator", "goto", "using", "typedef", "friend", "sizeof", "alignof", "decltype"}
+)
+
+_LEX = re.compile(
+    r"""(?P<line_comment>//[^\n]*)
+      | (?P<block_comment>/\*.*?\*/)
+      | (?P<string>"(?:\\.|[^"\\\n])*")
+      | (?P<char>'(?:\\.|[^'\\\n])*')
+      | (?P<preproc>^[ \t]*\#(?:[^\n\\]|\\.|\\\n)*)
+    """,
+    re.VERBOSE | re.MULTILINE | re.DOTALL,
+)
+_TOKEN = re.compile(r"\[\[|::|->|[A-Za-z_]\w*|\S")
+_CAPS = re.compile(r"_*[A-Z][A-Z0-9_]*\Z")
+_TYPE_DECL = re.compile(r"\b(?:typename|class|struct|using|typedef)\s+([A-Za-z_]\w*)")
+_DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w+)(.*)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Sanitized:
+    text: str  # same length and same newlines as the input
+    code: str  # ``text`` with comments, strings and preprocessor lines blanked
+    stripped: tuple[str, ...]  # distinct macro names removed or mapped, in order of appearance
+
+
+def blank(s: str) -> str:
+    """Spaces of the same length, newlines kept."""
+    return re.sub(r"[^\n]", " ", s)
+
+
+def sanitize(text: str) -> Sanitized:
+    buf = list(text)
+    code = list(text)
+    directives: list[tuple[int, int, str, str]] = []  # (start, end, name, rest)
+    for m in _LEX.finditer(text):
+        kind = m.lastgroup
+        if kind == "string":  # keep the quotes: asm() strings are read later from the tree
+            code[m.start() + 1 : m.end() - 1] = blank(m.group()[1:-1])
+            continue
+        code[m.start() : m.end()] = blank(m.group())
+        if kind == "preproc":
+            d = _DIRECTIVE.match(m.group())
+            if d:
+                directives.append((m.start(), m.end(), d.group(1), d.group(2)))
+    _flatten_conditionals(text, directives, buf, code)
+    code_text = "".join(code)
+    stripped = _strip_macros(code_text, buf, code)
+    return Sanitized("".join(buf), "".join(code), tuple(stripped))
+
+
+def _flatten_conditionals(text: str, directives, buf: list[str], code: list[str]) -> None:
+    """Keep one branch of every #if chain; blank directives and the other branches."""
+    stack: list[list] = []  # frames: [keeping_now, a_branch_was_kept, parent_keeping]
+    region_start = None  # start offset of the text currently being dropped
+
+    def keeping() -> bool:
+        return all(f[0] for f in stack)
+
+    for start, end, name, rest in directives:
+        if name not in ("if", "ifdef", "ifndef", "elif", "else", "endif"):
+            continue
+        was_keeping = keeping()
+        if name in ("if", "ifdef", "ifndef"):
+            take = not (name == "if" and rest.strip() in ("0", "(0)", "false"))
+            stack.append([take, take])
+        elif not stack:
+            continue  # unbalanced #else/#endif: leave the text alone
+        elif name in ("elif", "else"):
+            frame = stack[-1]
+            frame[0] = not frame[1]
+            frame[1] = frame[1] or frame[0]
+        else:
+            stack.pop()
+        now_keeping = keeping()
+        if was_keeping and not now_keeping:
+            region_start = end
+        elif not was_keeping and now_keeping and region_start is not None:
+            _blank_range(buf, code, region_start, start)
+            region_start = None
+        _blank_range(buf, code, start, end)
+    if region_start is not None and not keeping():
+        _blank_range(buf, code, region_start, len(text))
+
+
+def _blank_range(buf: list[str], code: list[str], start: int, end: int) -> None:
+    for i in range(start, end):
+        if buf[i] != "\n":
+            buf[i] = " "
+            code[i] = " "
+
+
+def _strip_macros(code_text: str, buf: list[str], code: list[str]) -> list[str]:
+    tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(code_text)]
+    type_names = set(_TYPE_DECL.findall(code_text)) | KNOWN_CAPS_TYPES
+    stripped: list[str] = []
+    i, n = 0, len(tokens)
+    prev = None
+    while i < n:
+        tok, start, end = tokens[i]
+        if tok == "[[":  # C++ attribute: [[nodiscard]], [[likely]] ...
+            j = _skip_group(tokens, i, "[", "]")
+            if j is not None:
+                _blank_range(buf, code, start, tokens[j - 1][2])
+                i, prev = j, "]]"
+                continue
+        if tok in SPECIFIER_MACROS:
+            _replace(buf, code, start, end, SPECIFIER_MACROS[tok])
+            _note(stripped, tok)
+            i, prev = i + 1, tok
+            continue
+        after = _skip_group(tokens, i + 1, "(", ")") if i + 1 < n and tokens[i + 1][0] == "(" else None
+        if ATTRIBUTE_CALLS.fullmatch(tok) and after is not None:
+            _blank_range(buf, code, start, tokens[after - 1][2])
+            _note(stripped, tok)
+            i, prev = after, tok
+            continue
+        if (len(tok) >= 3 and _CAPS.match(tok) and tok not in type_names
+                and prev not in _NO_STRIP_AFTER):
+            j = after if after is not None else i + 1
+            if j < n and _starts_declaration(tokens[j][0]):
+                _blank_range(buf, code, start, tokens[j - 1][2])
+                _note(stripped, tok)
+                i, prev = j, tok
+                continue
+        prev = tok
+        i += 1
+    return stripped
+
+
+def _starts_declaration(tok: str) -> bool:
+    return tok == "[[" or tok == "~" or (tok[0].isalpha() or tok[0] == "_")
+
+
+def _skip_group(tokens, i: int, open_: str, close: str) -> int | None:
+    """Index just past the balanced group opening at tokens[i], or None if unbalanced."""
+    depth = 0
+    for j in range(i, min(len(tokens), i + 4000)):
+        t = tokens[j][0]
+        if t == open_ or (t == "[[" and open_ == "["):
+            depth += 2 if t == "[[" else 1
+        elif t == close:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        elif t in (";", "{", "}") and open_ == "(":
+            return None  # a statement boundary inside "(...)": not an argument list
+    return None
+
+
+def _replace(buf: list[str], code: list[str], start: int, end: int, keyword: str) -> None:
+    padded = keyword.ljust(end - start)
+    buf[start:end] = padded
+    code[start:end] = padded
+
+
+def _note(stripped: list[str], name: str) -> None:
+    if name not in stripped:
+        stripped.append(name)

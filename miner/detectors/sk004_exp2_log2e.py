@@ -1,0 +1,215 @@
+"""SK004 exp2-with-log2e-folding: ``exp(x * s)`` -> ``exp2(x * (s * log2(e)))``.
+
+Instance: an exp2 whose argument carries a log2(e) factor, folded in the kernel (``b_s =
+tl.dot(q, k) * scale * RCP_LN2`` then ``exp2(b_s - m)``) or upstream (the argument is loaded
+from a tensor that host code in the same file pre-scales by log2(e), e.g. a gate cumsum called
+with ``scale=RCP_LN2``). An exp2 with no log2(e) anywhere is a genuine base-2 exponential and
+not an instance. Opportunity: a natural exp whose argument is computed in the kernel by a
+multiply, so the log2(e) factor folds into that multiply at no extra instruction.
+"""
+from __future__ import annotations
+
+import re
+
+from skel.miner.detectors.base import LOAD_CALL, Check, Ctx, Hit, no, yes
+from skel.miner.detectors.text import find_calls
+
+CODE = "SK004"
+
+LOG2E = re.compile(
+    r"\b(?:RCP_LN2|LOG2_?E|INV_LN2|LN2_INV|RLN2|M_LOG2E\w*|log2e|log2_e|LOG2E_F|kLog2e)\b"
+    r"|1\.44269\d*|log2\(\s*(?:math\.)?e\s*\)|1(?:\.0*)?\s*/\s*(?:math\.)?log\(\s*2(?:\.0*)?\s*\)"
+)
+EXP2 = ("tl.exp2", "tl.math.exp2", "libdevice.exp2", "tldevice.exp2", "exp2", "exp2f", "__exp2f", "ptx_exp2", "math::ptx_exp2")
+EXP = ("tl.exp", "tl.math.exp", "libdevice.exp", "tldevice.exp", "tldevice.fast_expf", "exp", "expf", "__expf", "safe_exp")
+
+
+def _calls(ctx: Ctx, op: str, names) -> list[tuple[int, str, str]]:
+    """(line, call name, argument) for every math op ``op`` in the kernel."""
+    out = []
+    for line in sorted({m.line for m in ctx.p.math if m.op == op}):
+        for name, arg in find_calls(ctx.statement(line), names):
+            out.append((line, name, arg))
+    return out
+
+
+def _host_prescale(ctx: Ctx) -> str | None:
+    """A line outside every kernel body that scales by log2(e) (a host-side pre-scale)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "host" not in cache:
+        cache["host"] = None
+        for i, raw in enumerate(ctx.source.splitlines(), 1):
+            if ctx.p.line <= i <= ctx.p.end_line or not LOG2E.search(raw):
+                continue
+            text = raw.strip()
+            if text.startswith(("#", "//", "import ", "from ")) or re.match(r"^[A-Z0-9_]+\s*(:\s*[\w\.]+)?\s*=", text):
+                continue  # defining or importing the constant is not using it
+            cache["host"] = f"line {i}: {text}"
+            break
+    return cache["host"]
+
+
+def _folding(ctx: Ctx, line: int, arg: str) -> str | None:
+    if LOG2E.search(arg):
+        return f"line {line}: {arg}"
+    chain = ctx.closure(arg, line, depth=5, through_loads=False)
+    for a in chain:
+        if LOG2E.search(a.rhs):
+            return f"line {a.line}: {' '.join(a.targets)} = {a.rhs}"
+    if any(LOAD_CALL.search(a.rhs) for a in chain) or _param_in(ctx, arg, chain):
+        host = _host_prescale(ctx)
+        if host:
+            return f"upstream, {host}"
+    return None
+
+
+def _param_in(ctx: Ctx, arg: str, chain) -> bool:
+    names = set(re.findall(r"[A-Za-z_]\w*", arg + " " + " ".join(a.rhs for a in chain)))
+    return any(p.name in names and not p.constexpr for p in ctx.p.params)
+
+
+def _terms(expr: str, sep: str = "+-") -> list[str]:
+    """Top-level operands of ``expr`` split at the operators in ``sep`` (unary signs kept)."""
+    out, depth, cur = [], 0, ""
+    for i, c in enumerate(expr):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        prev = expr[:i].rstrip()[-1:] if expr[:i].strip() else ""
+        binary = prev and prev not in "(*/+-,=e"
+        if depth == 0 and c in sep and binary and not (c == "*" and (expr[i + 1 : i + 2] == "*" or prev == "*")):
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+    out.append(cur.strip())
+    return [t for t in out if t]
+
+
+NEUTRAL = re.compile(r"^-?\s*(\d[\d\.e\-]*|float\(\s*['\"]-?inf['\"]\s*\)|-?\s*float\(.+\)|0\.?|None)$")
+
+
+def _is_scale(ctx: Ctx, factor: str, line: int) -> bool:
+    """A loop-invariant scalar: a literal, a parameter, a constexpr, or a name computed only from those."""
+    f = factor.strip().lstrip("-").strip("() ")
+    if re.fullmatch(r"\d[\d\.e\-]*", f) or LOG2E.search(f):
+        return True
+    params = {p.name for p in ctx.p.params}
+    if re.fullmatch(r"[A-Za-z_]\w*", f):
+        if f in params:
+            return True
+        d = ctx.last_def(f, line - 1)
+        return bool(d) and d.op == "=" and not LOAD_CALL.search(d.rhs) and all(
+            n in params or n in ("tl", "float32", "to") or _is_scale(ctx, n, d.line) for n in re.findall(r"[A-Za-z_]\w*", d.rhs)
+        )
+    return False
+
+
+def _scaled(ctx: Ctx, expr: str, line: int, depth: int = 6) -> bool:
+    """Every additive term of ``expr`` is produced by a multiply by a loop-invariant scale."""
+    if depth <= 0:
+        return False
+    expr = re.sub(r"\.to\([^()]*\)$", "", expr.strip())
+    if expr.startswith("(") and expr.endswith(")") and _terms(expr[1:-1], "+-") != [expr[1:-1]] and expr.count("(") == 1:
+        expr = expr[1:-1]
+    terms = _terms(expr, "+-")
+    if len(terms) > 1:
+        return all(_scaled(ctx, t, line, depth - 1) for t in terms)
+    t = terms[0].lstrip("-").strip() if terms else ""
+    if not t or NEUTRAL.match(t):
+        return True
+    factors = _terms(t, "*")
+    if len(factors) > 1:
+        return any(_is_scale(ctx, f, line) for f in factors)
+    m = re.match(r"^(tl\.max|tl\.maximum|tl\.where|max|tl\.min|tl\.minimum)\s*\((.*)\)$", t)
+    if m:
+        from skel.miner.detectors.sk007_dot_precision import _split_args
+
+        args = _split_args(m.group(2))
+        args = args[1:] if m.group(1) == "tl.where" else args
+        args = [a for a in args if "=" not in a.split("(")[0]]  # axis=1 keywords
+        args = args[:1] if m.group(1) == "tl.max" else args
+        return all(_scaled(ctx, a, line, depth - 1) for a in args)
+    m = re.match(r"^\(?([A-Za-z_]\w*)\)?(\[[^\]]*\])?$", t)
+    if m:
+        name = m.group(1)
+        d = ctx.last_def(name, line - 1)
+        if d is None:
+            return False
+        if d.op == "*=":
+            return _is_scale(ctx, d.rhs, d.line)
+        if d.op in ("+=", "-="):
+            prev = ctx.defs_of(name, d.line)
+            return bool(prev) and _scaled(ctx, d.rhs, d.line, depth - 1) and _scaled(ctx, name, d.line, depth - 1)
+        return _scaled(ctx, d.rhs, d.line, depth - 1)
+    return False
+
+
+def _natural_exps(ctx: Ctx) -> list[tuple[int, str, str]]:
+    return [
+        (ln, n, a) for ln, n, a in _calls(ctx, "exp", EXP)
+        if not any(dict(m.detail).get("dtype") in ("bf16", "fp16") for m in ctx.p.math if m.line == ln and m.op == "exp")
+    ]
+
+
+def _opportunities(ctx: Ctx) -> list[tuple[int, str, str]]:
+    cache = ctx.cache.setdefault(CODE, {})
+    if "opp" not in cache:
+        cache["opp"] = [(ln, n, a) for ln, n, a in _natural_exps(ctx) if _scaled(ctx, a, ln)]
+    return cache["opp"]
+
+
+def _log_stores(ctx: Ctx) -> list[str]:
+    out = []
+    for m in ctx.p.memops:
+        if m.kind != "store":
+            continue
+        stmt = ctx.statement(m.line)
+        texts = [stmt] + [a.rhs for a in ctx.closure(stmt, m.line, depth=3, through_loads=False)]
+        if any(re.search(r"(?<![\w\.])(?:tl\.)?(?:math\.)?log\s*\(|\blog\s*\(", t) for t in texts):
+            out.append(f"line {m.line}: {stmt}")
+    return out
+
+
+def uses_natural_exp(ctx: Ctx) -> Check:
+    calls = _natural_exps(ctx)
+    if not calls:
+        return no("no fp32 natural exponential (tl.exp / expf) in the kernel")
+    return yes("; ".join(f"line {ln}: {n}({a})" for ln, n, a in calls[:3]))
+
+
+def exp_argument_has_foldable_scale(ctx: Ctx) -> Check:
+    rows = _opportunities(ctx)
+    if not rows:
+        calls = _natural_exps(ctx)
+        where = f" (line {calls[0][0]}: {calls[0][1]}({calls[0][2]}))" if calls else ""
+        return no("no exp argument is built only from terms scaled by one loop-invariant multiply" + where)
+    return yes("; ".join(f"line {ln}: {n}({a}): every term carries a loop-invariant scale" for ln, n, a in rows[:3]))
+
+
+def exp_base_not_observable(ctx: Ctx) -> Check:
+    rows = _log_stores(ctx)
+    if rows:
+        return no(f"a natural-log quantity is stored for another kernel: {rows[0]}")
+    return yes("no log-domain value (lse = m + log(l)) is stored; the exp base stays inside the kernel")
+
+
+CONDITIONS = {
+    "uses-natural-exp": uses_natural_exp,
+    "exp-argument-has-foldable-scale": exp_argument_has_foldable_scale,
+    "exp-base-not-observable": exp_base_not_observable,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(ln, ln, exp=f"{n}({a})") for ln, n, a in _opportunities(ctx)]
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    out = []
+    for line, name, arg in _calls(ctx, "exp2", EXP2):
+        fold = _folding(ctx, line, arg)
+        if fold and all(h.line != line for h in out):
+            out.append(Hit.at(line, line, exp2=f"{name}({arg})", log2e=fold))
+    return out

@@ -1,0 +1,150 @@
+"""SK007 explicit-dot-precision: choose ``input_precision`` for fp32 ``tl.dot`` in accumulations.
+
+Triton rounds fp32 dot operands to TF32 by default; in a recurrence or an accumulation over
+many blocks the error compounds. Opportunity: a ``tl.dot`` with the default precision, fp32
+operands, whose result accumulates (``acc += tl.dot(...)``, ``tl.dot(a, b, acc)``, or a value
+carried across loop iterations). Instance: ``input_precision="tf32x3"`` / ``"ieee"`` (or
+``allow_tf32=False``) given explicitly. A dot on bf16/fp16 operands is not affected.
+"""
+from __future__ import annotations
+
+import re
+
+from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.text import find_calls
+
+CODE = "SK007"
+LANGUAGES = ("triton",)
+F32 = re.compile(r"tl\.float32|\bfp32\b|float32")
+HALF = re.compile(r"tl\.(?:bfloat16|float16|float8\w*)|\bbf16\b|\bfp16\b|element_ty|\.dtype\b")
+
+
+def _default(d) -> bool:
+    return d.input_precision is None and d.allow_tf32 is None
+
+
+def _operands(ctx: Ctx, d) -> list[str]:
+    stmt = ctx.statement(d.line)
+    calls = find_calls(stmt, ("tl.dot",))
+    if not calls:
+        return []
+    parts = _split_args(calls[0][1])
+    return [p for p in parts[:2] if "=" not in p.split("(")[0]]
+
+
+def _split_args(args: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for c in args:
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _fp32(ctx: Ctx, d) -> bool:
+    dts = [t.lower() for t in d.operand_dtypes]
+    if dts and all(t in ("fp32", "float32", "tl.float32") for t in dts):
+        return True
+    if any(t in ("bf16", "fp16", "bfloat16", "float16", "fp8") for t in dts):
+        return False
+    ops = _operands(ctx, d)
+    if len(ops) < 2:
+        return False
+    for op in ops:
+        if re.search(r"\.to\((?:tl\.)?(?:bfloat16|float16)|\.to\([^)]*element_ty", op):
+            return False
+        if F32.search(op):
+            continue
+        chain = [a.rhs for a in ctx.closure(op, d.line, depth=3)]
+        last = chain[0] if chain else ""
+        if not last or HALF.search(last) or not (F32.search(last) or any(F32.search(c) for c in chain[1:2])):
+            return False
+    return True
+
+
+def _result_var(ctx: Ctx, d) -> str | None:
+    a = next((a for a in ctx.assigns if a.line == d.line), None)
+    if a and a.targets:
+        return a.targets[0]
+    calls = find_calls(ctx.statement(d.line), ("tl.dot",))
+    if calls:
+        args = [p for p in _split_args(calls[0][1]) if "=" not in p.split("(")[0]]
+        if len(args) >= 3 and re.fullmatch(r"[A-Za-z_]\w*", args[2]):
+            return args[2]
+    return None
+
+
+def _chain(ctx: Ctx, d) -> str | None:
+    """Where the dot's result is carried into a tl.dot (itself in a loop, or another one)."""
+    var = _result_var(ctx, d)
+    if not var:
+        return None
+    pat = re.compile(rf"\b{re.escape(var)}\b")
+    for d2 in ctx.p.dots:
+        ops = _operands(ctx, d2)
+        if d2.line == d.line:
+            if d.loop_line is not None and any(pat.search(o) for o in ops):
+                return f"line {d.line}: {var} feeds the same tl.dot on the next iteration of the loop at line {d.loop_line}"
+            continue
+        later = d2.line > d.line or (d.loop_line is not None and d2.loop_line == d.loop_line)
+        if not later:
+            continue
+        if any(pat.search(o) for o in ops):
+            return f"line {d.line}: {var} -> tl.dot at line {d2.line}"
+        for o in ops:
+            if any(pat.search(a.rhs) or var in a.targets for a in ctx.closure(o, d2.line, depth=3)):
+                return f"line {d.line}: {var} -> (through {o}) tl.dot at line {d2.line}"
+    return None
+
+
+def _sites(ctx: Ctx):
+    return [d for d in ctx.p.dots if _default(d) and _fp32(ctx, d) and _chain(ctx, d)]
+
+
+def dot_default_precision(ctx: Ctx) -> Check:
+    rows = [d for d in ctx.p.dots if _default(d)]
+    if not rows:
+        return no("every tl.dot already sets input_precision" if ctx.p.dots else "no tl.dot in the kernel")
+    return yes("; ".join(f"line {d.line}: {d.text}" for d in rows[:3]))
+
+
+def dot_operands_fp32(ctx: Ctx) -> Check:
+    rows = [d for d in ctx.p.dots if _default(d) and _fp32(ctx, d)]
+    if not rows:
+        return no("the default-precision dots take bf16/fp16 (or unknown) operands; TF32 does not apply")
+    return yes("; ".join(f"line {d.line}: both operands are float32" for d in rows[:3]))
+
+
+def dot_result_feeds_next_dot(ctx: Ctx) -> Check:
+    rows = _sites(ctx)
+    if not rows:
+        return no("no fp32 default-precision dot result is carried into another tl.dot")
+    return yes("; ".join(_chain(ctx, d) for d in rows[:3]))
+
+
+CONDITIONS = {
+    "dot-default-precision": dot_default_precision,
+    "dot-operands-fp32": dot_operands_fp32,
+    "dot-result-feeds-next-dot": dot_result_feeds_next_dot,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(d.line, d.line, dot=d.text, chain=_chain(ctx, d)) for d in _sites(ctx)]
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    out = []
+    for d in ctx.p.dots:
+        prec = (d.input_precision or "").strip("'\"")
+        if prec in ("tf32x3", "ieee") or d.allow_tf32 is False:
+            out.append(Hit.at(d.line, d.line, input_precision=prec or "ieee (allow_tf32=False)", dot=d.text))
+    return out

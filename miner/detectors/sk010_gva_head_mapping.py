@@ -1,0 +1,96 @@
+"""SK010 native-gva-head-mapping: index the shared key head in the kernel instead of
+materialising repeated q/k heads on the host.
+
+With grouped value attention (HV value heads sharing H key heads) a kernel can map value head
+``i_hv`` to key head ``i_hv // (HV // H)`` and read q/k once per group. Opportunity: the
+function that launches the kernel expands a tensor over heads (``repeat_interleave``,
+``repeat``, ``expand``) and passes the result to the kernel, which has no head mapping.
+Instance: the mapping itself, a head index divided by the group size in the kernel.
+"""
+from __future__ import annotations
+
+import re
+
+from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+
+CODE = "SK010"
+HEADISH = r"(?:i_h\w*|\w*head\w*|h_?idx|hq|hv|i_hq|i_hv|h)"
+GROUP = (
+    rf"\b(?P<num>{HEADISH})\s*(?://|/)\s*(?:\(\s*\w+\s*(?://|/)\s*\w+\s*\)"
+    r"|(?:G|NG|GS|n_rep|N_REP|group_size|num_groups|kv_group_num|gqa_group_size|\w*GROUP\w*|\w*group\w*|\w*_per_kv\w*|\w*ratio\w*)\b)"
+)
+GROUP_RE = re.compile(GROUP)
+EXPAND_RE = re.compile(r"([A-Za-z_]\w*)\s*=\s*.*?\b([A-Za-z_]\w*)\s*\.\s*(repeat_interleave|repeat|expand)\s*\(|([A-Za-z_]\w*)\s*=\s*.*?\b(?:torch\.)?repeat_interleave\s*\(\s*([A-Za-z_]\w*)")
+
+
+def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
+    out = []
+    for a in ctx.assigns:
+        m = GROUP_RE.search(a.rhs)
+        if m and re.search(r"h|head", " ".join(a.targets), re.I):
+            out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}"))
+    return out
+
+
+def _enclosing_function(ctx: Ctx, line: int) -> int | None:
+    lines = ctx.source.splitlines()
+    if not (1 <= line <= len(lines)):
+        return None
+    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
+    for i in range(line - 1, 0, -1):
+        raw = lines[i - 1]
+        if raw.strip().startswith("def ") and len(raw) - len(raw.lstrip()) < indent:
+            return i
+    return None
+
+
+def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
+    """(expansion line, launch line, expanded variable, text) for tensors repeated over heads
+    in the function that launches the kernel and passed to the launch."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "exp" in cache:
+        return cache["exp"]
+    out = []
+    for site in ctx.p.launches:
+        start = _enclosing_function(ctx, site.line)
+        if start is None:
+            continue
+        passed = " ".join(v for _, v in site.args)
+        for ln in range(start, site.line):
+            t = ctx.text(ln)
+            m = EXPAND_RE.search(t)
+            if not m:
+                continue
+            var = m.group(1) or m.group(4)
+            if re.search(rf"\b{re.escape(var)}\b", passed):
+                out.append((ln, site.line, var, t))
+    cache["exp"] = out
+    return out
+
+
+def host_expands_heads(ctx: Ctx) -> Check:
+    rows = _expansions(ctx)
+    if not rows:
+        return no("the launching code does not repeat or expand a tensor over heads before the launch")
+    return yes("; ".join(f"line {ln}: {t} (passed to the launch at line {ll})" for ln, ll, _, t in rows[:3]))
+
+
+def no_head_mapping(ctx: Ctx) -> Check:
+    rows = _mapping(ctx)
+    if rows:
+        return no(f"the kernel already maps heads: line {rows[0][0]}: {rows[0][1]}")
+    return yes("the kernel indexes every tensor with the same head index")
+
+
+CONDITIONS = {
+    "host-expands-heads": host_expands_heads,
+    "no-head-mapping": no_head_mapping,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(ln, ln, expanded=var, expansion=t, launch_line=ll) for ln, ll, var, t in _expansions(ctx)]
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(ln, ln, mapping=t) for ln, t in _mapping(ctx)]

@@ -1,0 +1,278 @@
+"""Launch sites of Triton kernels in the same file: ``kernel[grid](...)``.
+
+For each launch: the grid (a name is followed to its assignment, lambda or local
+``def grid(meta)``), arguments mapped to parameters, and the values of constexpr
+arguments where a straight-line read of the launching function determines them
+(``BV = 32``); otherwise the defining expression's text
+(``"triton.next_power_of_2(K)"``), which ``launch_values`` can evaluate for example shapes.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from skel.miner.profile import LaunchSite, Param
+from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text, kwarg
+
+_MISSING = object()
+
+
+@dataclass
+class Scope:
+    """What a straight-line read of a function knows just before a given line."""
+
+    env: dict[str, Any] = field(default_factory=dict)  # resolved values
+    texts: dict[str, str] = field(default_factory=dict)  # defining text of unresolved names
+    nodes: dict[str, ast.AST] = field(default_factory=dict)  # last defining expression
+
+
+def module_scope(tree: ast.Module, src: Source) -> Scope:
+    scope = Scope()
+    _scan(tree.body, scope, src, stop_line=10**9, module=True)
+    return scope
+
+
+def scope_before(fn: ast.AST | None, line: int, base: Scope, src: Source) -> Scope:
+    scope = Scope(dict(base.env), dict(base.texts), dict(base.nodes))
+    if fn is not None:
+        for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs:
+            # a launcher's own parameters are whatever its caller passes
+            scope.env.pop(a.arg, None)
+            scope.texts[a.arg] = a.arg
+        _scan(fn.body, scope, src, stop_line=line)
+    return scope
+
+
+def _scan(stmts, scope: Scope, src: Source, stop_line: int, module: bool = False) -> None:
+    for s in stmts:
+        if s.lineno >= stop_line:
+            return
+        if isinstance(s, (ast.Assign, ast.AnnAssign)) and getattr(s, "value", None) is not None:
+            for t in (s.targets if isinstance(s, ast.Assign) else [s.target]):
+                _bind(t, s.value, scope, src)
+        elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+            name = s.target.id
+            _bind(s.target, ast.BinOp(ast.Name(name, ast.Load()), s.op, s.value), scope, src,
+                  text=f"{scope.texts.get(name, name)} {_opsym(s.op)} {src.text(s.value)}")
+        elif isinstance(s, ast.If):
+            if s.end_lineno >= stop_line:  # the launch is inside this if: follow its arm only
+                arm = s.body if s.body and s.body[-1].end_lineno >= stop_line and s.body[0].lineno < stop_line else s.orelse
+                _scan(arm, scope, src, stop_line)
+                return
+            a = Scope(dict(scope.env), dict(scope.texts), dict(scope.nodes))
+            b = Scope(dict(scope.env), dict(scope.texts), dict(scope.nodes))
+            _scan(s.body, a, src, stop_line)
+            _scan(s.orelse, b, src, stop_line)
+            _merge(scope, a, b)
+        elif isinstance(s, (ast.For, ast.While, ast.With, ast.Try)) and not module:
+            for part in ("body", "orelse", "finalbody"):
+                _scan(getattr(s, part, []) or [], scope, src, stop_line)
+        elif isinstance(s, ast.FunctionDef) and not module:
+            scope.nodes[s.name] = s  # def grid(meta): ...
+
+
+def _bind(target, value, scope: Scope, src: Source, text: str | None = None) -> None:
+    if isinstance(target, ast.Name):
+        scope.nodes[target.id] = value
+        try:
+            scope.env[target.id] = evaluate(value, scope.env)
+            scope.texts.pop(target.id, None)
+        except Unresolved:
+            scope.env.pop(target.id, None)
+            scope.texts[target.id] = text or src.text(value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
+                and not any(isinstance(e, ast.Starred) for e in value.elts + target.elts):
+            for t, v in zip(target.elts, value.elts):
+                _bind(t, v, scope, src)
+        else:
+            for i, t in enumerate(target.elts):
+                name = t.value.id if isinstance(t, ast.Starred) and isinstance(t.value, ast.Name) else getattr(t, "id", None)
+                if name:
+                    scope.env.pop(name, None)
+                    scope.nodes.pop(name, None)
+                    scope.texts[name] = name  # B, T, H, K, V = k.shape: a shape, known only at run time
+
+
+def _merge(into: Scope, a: Scope, b: Scope) -> None:
+    for name in set(a.env) | set(b.env) | set(a.texts) | set(b.texts):
+        va, vb = a.env.get(name, _MISSING), b.env.get(name, _MISSING)
+        if va is not _MISSING and va == vb:
+            into.env[name] = va
+            into.texts.pop(name, None)
+            continue
+        into.env.pop(name, None)
+        ta = repr(va) if va is not _MISSING else a.texts.get(name, name)
+        tb = repr(vb) if vb is not _MISSING else b.texts.get(name, name)
+        into.texts[name] = ta if ta == tb else f"{ta} | {tb}"
+        into.nodes[name] = a.nodes.get(name) or b.nodes.get(name)
+
+
+def _opsym(op) -> str:
+    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/"}.get(type(op), "?")
+
+
+# ------------------------------------------------------------------- launches
+def find_launches(index: "ModuleIndex", kernels: set[str]) -> dict[str, list[tuple[ast.Call, ast.AST | None]]]:
+    """kernel name -> [(launch call, innermost enclosing function or None)], in source order.
+
+    Only statements on lines where the text shows ``name[`` for a kernel name are walked:
+    walking every expression of a large module costs more than the rest of profiling.
+    """
+    if not kernels:
+        return {}
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, kernels))) + r")\s*\[")
+    lines, pos, line = set(), 0, 1
+    for m in pattern.finditer(index.text):
+        line += index.text.count("\n", pos, m.start())
+        pos = m.start()
+        lines.add(line)
+    out: dict[str, list] = {}
+    for stmt, fn in index.simple_statements:
+        if not any(stmt.lineno <= ln <= stmt.end_lineno for ln in lines):
+            continue
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript):
+                name = dotted(n.func.value)
+                short = name.rsplit(".", 1)[-1] if name else None
+                if short in kernels:
+                    out.setdefault(short, []).append((n, fn))
+    for calls in out.values():
+        calls.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
+    return out
+
+
+class ModuleIndex:
+    """One pass over a module's statements: functions, ``from X import y`` names, simple statements."""
+
+    def __init__(self, tree: ast.Module, text: str):
+        self.text = text
+        self.functions: list[ast.AST] = []
+        self.imports: dict[str, str] = {}
+        self.simple_statements: list[tuple[ast.stmt, ast.AST | None]] = []
+        stack: list[tuple[list, ast.AST | None]] = [(tree.body, None)]
+        while stack:
+            body, fn = stack.pop()
+            for s in body:
+                if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.functions.append(s)
+                    stack.append((s.body, s))
+                elif isinstance(s, ast.ClassDef):
+                    stack.append((s.body, fn))
+                elif isinstance(s, ast.ImportFrom):
+                    for a in s.names:
+                        self.imports[a.asname or a.name] = ("." * s.level) + (s.module or "")
+                elif isinstance(s, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
+                    for part in ("body", "orelse", "finalbody"):
+                        stack.append((getattr(s, part, None) or [], fn))
+                    for h in getattr(s, "handlers", ()):
+                        stack.append((h.body, fn))
+                elif isinstance(s, ast.Match):
+                    for case in s.cases:
+                        stack.append((case.body, fn))
+                else:
+                    self.simple_statements.append((s, fn))
+        self.functions.sort(key=lambda f: f.lineno)
+
+
+def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], base: Scope, src: Source) -> LaunchSite:
+    scope = scope_before(fn, call.lineno, base, src)
+    grid_node = call.func.slice
+    grid_expr = _follow_grid(grid_node, scope)
+    grid_text = src.text(grid_expr) if hasattr(grid_expr, "lineno") else src.text(grid_node)
+    body = grid_expr.elts if isinstance(grid_expr, (ast.Tuple, ast.List)) else [grid_expr]
+    dims = tuple(src.text(e) if hasattr(e, "lineno") else ast.unparse(e) for e in body)
+    names = [p.name for p in params]
+    args: list[tuple[str, ast.AST]] = []
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            break
+        if i < len(names):
+            args.append((names[i], a))
+    for kw in call.keywords:
+        if kw.arg in names:
+            args.append((kw.arg, kw.value))
+    constexpr = {p.name for p in params if p.constexpr}
+    values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
+    nw, ns = kwarg(call, "num_warps"), kwarg(call, "num_stages")
+    return LaunchSite(
+        line=call.lineno,
+        grid=grid_text,
+        grid_dims=dims,
+        args=tuple((n, src.text(a)) for n, a in args),
+        constexpr_values=values,
+        num_warps=None if nw is None else _value(nw, scope, src),
+        num_stages=None if ns is None else _value(ns, scope, src),
+    )
+
+
+def _follow_grid(node: ast.AST, scope: Scope) -> ast.AST:
+    seen = 0
+    while isinstance(node, ast.Name) and node.id in scope.nodes and seen < 4:
+        node = scope.nodes[node.id]
+        seen += 1
+    if isinstance(node, ast.Lambda):
+        return node.body
+    if isinstance(node, ast.FunctionDef):
+        rets = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+        return rets[-1] if rets else node
+    return node
+
+
+def _value(node: ast.AST, scope: Scope, src: Source) -> Any:
+    try:
+        return evaluate(node, scope.env)
+    except Unresolved:
+        if isinstance(node, ast.Name) and node.id in scope.texts:
+            return scope.texts[node.id]
+        return src.text(node)
+
+
+def launch_values(launch: LaunchSite, shapes: Mapping[str, Any]) -> dict[str, Any]:
+    """Constexpr values at ``launch`` with the unresolved ones evaluated for example ``shapes``.
+
+    ``launch_values(site, {"K": 128, "V": 128})`` -> ``{"BK": 128, "BV": 32, ...}``; values
+    that still cannot be computed stay as their text.
+    """
+    env: dict[str, Any] = dict(shapes)
+    pending = {}
+    for name, v in launch.constexpr_values:
+        if isinstance(v, str) and v not in ("evict_first", "evict_last"):
+            pending[name] = v
+        else:
+            env[name] = v
+    args = dict(launch.args)
+    for _ in range(3):  # texts may refer to each other (BV = min(BK, 32))
+        for name, text in list(pending.items()):
+            for candidate in (text, args.get(name, text)):
+                try:
+                    env[name] = evaluate_text(candidate, env)
+                    pending.pop(name)
+                    break
+                except Unresolved:
+                    continue
+    out = {n: env.get(n, pending.get(n)) for n, _ in launch.constexpr_values}
+    return out
+
+
+def symbol_values(profile, shapes: Mapping[str, Any], launch: LaunchSite | None = None) -> dict[str, Any]:
+    """Constexpr values at a launch plus the kernel's own symbols, for example ``shapes``.
+
+    For the KDA decode kernel with ``{"K": 128, "V": 128}``: ``BV == 32``, ``BK == 128`` and
+    ``NV == 4`` (``NV = tl.cdiv(V, BV)``): four V-tile programs per (sequence, head).
+    Names that stay unknown are left out.
+    """
+    site = launch or (profile.launches[0] if profile.launches else None)
+    env: dict[str, Any] = dict(shapes)
+    if site is not None:
+        for name, value in launch_values(site, shapes).items():
+            if not isinstance(value, str) or value in ("evict_first", "evict_last"):
+                env.setdefault(name, value)
+    for name, text in profile.symbols:
+        try:
+            env[name] = evaluate_text(text, env)
+        except Unresolved:
+            continue
+    return env

@@ -1,0 +1,130 @@
+"""Find a target's spec and load kernel files by path, each under its own module name.
+
+A target is a family under ``kernels/`` ("kda_decode"), or the path of a kernel file; a
+file outside ``kernels/`` is validated against the spec named by ``spec`` (a family name or
+the path of a spec.py: a harness), or against a ``spec.py`` lying beside it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+def _kernels_dir() -> Path:
+    try:
+        import skel.kernels
+
+        return Path(skel.kernels.__file__).resolve().parent
+    except ImportError:  # running from a source tree without the package installed
+        return KERNELS_DIR
+
+
+def families() -> tuple[str, ...]:
+    """Family names under kernels/ (folders holding kernel.py and spec.py)."""
+    root = _kernels_dir()
+    return tuple(sorted(p.parent.name for p in root.glob("*/spec.py") if (p.parent / "kernel.py").exists()))
+
+
+@dataclass(frozen=True)
+class TargetRef:
+    """Where a target's original kernel and its spec file live."""
+
+    kernel: Path
+    spec: Path
+
+
+class TargetError(ValueError):
+    """The target or its spec cannot be found or loaded (a usage error, not a rejection)."""
+
+
+def resolve_target(target: str | Path, spec: str | Path | None = None) -> TargetRef:
+    root = _kernels_dir()
+    text = str(target)
+    if not text.endswith(".py") and (root / text / "kernel.py").exists() and spec is None:
+        return TargetRef(root / text / "kernel.py", root / text / "spec.py")
+    path = Path(text).expanduser().resolve()
+    if not path.exists():
+        raise TargetError(
+            f"target {text!r} is neither a family under {root} ({', '.join(families())}) nor an existing file"
+        )
+    if path.is_dir():
+        path = path / "kernel.py"
+        if not path.exists():
+            raise TargetError(f"target folder {target} has no kernel.py")
+    return TargetRef(path, _spec_path(path, spec, root))
+
+
+def _spec_path(kernel: Path, spec: str | Path | None, root: Path) -> Path:
+    if spec is not None:
+        text = str(spec)
+        if (root / text / "spec.py").exists():
+            return root / text / "spec.py"
+        path = Path(text).expanduser().resolve()
+        if path.is_file():
+            return path
+        raise TargetError(f"spec {text!r} is neither a family ({', '.join(families())}) nor a spec file")
+    beside = kernel.parent / "spec.py"
+    if beside.exists():
+        return beside
+    raise TargetError(
+        f"no spec for target {kernel}: put a spec.py beside it or pass a family name or spec file"
+        f" ({', '.join(families())})"
+    )
+
+
+def load_module(path: str | Path, tag: str) -> ModuleType:
+    """Import a .py file by path under a private name (two files with equal names never clash).
+
+    Raises whatever executing the file raises.
+    """
+    path = Path(path).resolve()
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    name = f"_skel_{tag}_{path.stem}_{digest}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    # Registered before executing: Triton and dataclasses look the module up by name.
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def load_spec(path: str | Path):
+    """The ``SPEC`` (a TargetSpec) exported by a spec file."""
+    from skel.validate.spec import TargetSpec
+
+    path = Path(path)
+    try:
+        module = load_module(path, "spec")
+    except Exception as exc:
+        raise TargetError(f"spec {path} does not import: {type(exc).__name__}: {exc}") from exc
+    spec = getattr(module, "SPEC", None)
+    if not isinstance(spec, TargetSpec):
+        raise TargetError(f"spec {path} does not export SPEC = TargetSpec(...)")
+    return spec
+
+
+def signature_problem(fn: Callable, names: tuple[str, ...]) -> str | None:
+    """Why ``fn`` cannot be called with these keyword arguments, or None."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # builtins and C callables: let the call decide
+    try:
+        sig.bind(**{name: None for name in names})
+    except TypeError as exc:
+        return f"{getattr(fn, '__name__', 'launcher')}{sig} cannot take ({', '.join(names)}): {exc}"
+    return None

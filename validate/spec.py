@@ -1,0 +1,167 @@
+"""What a target promises: shapes, inputs, reference, tolerances, roofline (frozen dataclasses).
+
+A family folder ``kernels/<family>/`` exports ``SPEC: TargetSpec`` from its ``spec.py``; a user
+kernel outside ``kernels/`` points the gate at its own spec file (a harness).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:  # torch is imported lazily so `skel --help` stays fast
+    import torch
+
+_DIM = re.compile(r"([A-Za-z_]+)(\d+)")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One problem size: named dims in declaration order, e.g. N64-T1-H32-HV32-K128-V128."""
+
+    dims: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, **dims: int) -> Shape:
+        return cls(tuple((name, int(value)) for name, value in dims.items()))
+
+    @classmethod
+    def parse(cls, label: str) -> Shape:
+        """Inverse of ``label``: "N64-T1-K128" -> Shape.of(N=64, T=1, K=128)."""
+        parts = label.split("-")
+        dims = []
+        for part in parts:
+            m = _DIM.fullmatch(part)
+            if not m:
+                raise ValueError(f"shape label {label!r}: part {part!r} is not NAME<int>")
+            dims.append((m.group(1), int(m.group(2))))
+        return cls(tuple(dims))
+
+    @property
+    def label(self) -> str:
+        return "-".join(f"{name}{value}" for name, value in self.dims)
+
+    def __getitem__(self, name: str) -> int:
+        for key, value in self.dims:
+            if key == name:
+                return value
+        raise KeyError(f"shape {self.label} has no dim {name!r}")
+
+    def get(self, name: str, default: int | None = None) -> int | None:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.dims)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Accepted error of one output against an oracle.
+
+    rel_rms: ||got - expected||_2 / ||expected||_2 over the whole tensor.
+    max_abs: largest accepted |got - expected| of any single element (output units).
+    """
+
+    rel_rms: float
+    max_abs: float
+
+
+# Output check for outputs that are not compared elementwise (e.g. top-k indices, where ties
+# make several answers right): (got, reference outputs, inputs) -> failure message or None.
+OutputCheck = Callable[["torch.Tensor", Mapping[str, "torch.Tensor"], Mapping[str, Any]], "str | None"]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """The contract a kernel family is validated against.
+
+    make_inputs(shape, dtype, seed, device) -> {name: tensor or python scalar}: fresh inputs with
+        realistic value ranges; the keys are the launcher's keyword arguments.
+    reference(**inputs) -> {name: float64 tensor}: every name in ``outputs`` and ``inplace``
+        (for an in-place input, its value after the call). Must not modify its inputs.
+    outputs: names of the launcher's return values, in order (one name: a bare tensor).
+    inplace: inputs the kernel legitimately updates; compared after the call like outputs.
+    shape_sets: at least "ci" (tiny, for the interpreter) and "decode" (realistic sizes).
+    tolerances: by the *output's* dtype name ("bfloat16", "float32", ...).
+    dtypes: input dtypes the family supports; the first is the default.
+    checks: outputs judged by a custom check instead of elementwise error.
+    bytes / flops: minimum memory traffic and arithmetic per call, for the roofline.
+    """
+
+    family: str
+    entry: str
+    make_inputs: Callable[..., dict[str, Any]]
+    reference: Callable[..., dict[str, "torch.Tensor"]]
+    outputs: tuple[str, ...]
+    inplace: tuple[str, ...]
+    shape_sets: Mapping[str, tuple[Shape, ...]]
+    tolerances: Mapping[str, Tolerance]
+    bytes: Callable[[Shape, str], int]
+    flops: Callable[[Shape, str], int]
+    dtypes: tuple[str, ...] = ("bfloat16",)
+    checks: Mapping[str, OutputCheck] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        missing = {"ci", "decode"} - set(self.shape_sets)
+        if missing:
+            raise ValueError(f"TargetSpec {self.family}: shape_sets lacks {sorted(missing)}")
+        if not self.outputs:
+            raise ValueError(f"TargetSpec {self.family}: no outputs declared")
+
+    def tolerance(self, dtype_name: str) -> Tolerance:
+        try:
+            return self.tolerances[dtype_name]
+        except KeyError:
+            raise KeyError(
+                f"TargetSpec {self.family}: no tolerance for outputs of dtype {dtype_name}"
+                f" (has {sorted(self.tolerances)})"
+            ) from None
+
+    def shapes(self, name: str) -> tuple[Shape, ...]:
+        try:
+            return self.shape_sets[name]
+        except KeyError:
+            raise KeyError(
+                f"TargetSpec {self.family}: no shape set {name!r} (has {sorted(self.shape_sets)})"
+            ) from None
+
+
+def dtype_name(dtype: Any) -> str:
+    """torch.bfloat16 -> "bfloat16"; strings pass through."""
+    return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    import torch
+
+    value = getattr(torch, dtype_name(name), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return value
+
+
+def generator(shape: Shape, seed: int, device: Any) -> "torch.Generator":
+    """A generator seeded from (shape, seed): each shape and seed gets its own inputs."""
+    import zlib
+
+    import torch
+
+    gen = torch.Generator(device=device)
+    gen.manual_seed((zlib.crc32(shape.label.encode()) * 1_000_003 + int(seed)) % (2**63))
+    return gen
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element of a dtype name ("bfloat16" -> 2)."""
+    sizes = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
+    try:
+        return sizes[dtype_name(name)]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}") from None
