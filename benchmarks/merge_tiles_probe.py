@@ -48,9 +48,14 @@ class Variant:
     vfirst: bool = False
     stages: int = 1
     prediction: str = ""
+    progs: int = 1  # programs per (sequence, head): 1 = fully merged, 2 = two halves of V, ...
+    maxnreg: int = 0  # register cap per thread (0: the compiler's choice)
+    family: str = "kda"  # kda (gate per K channel) | gdn (one scalar gate per head)
+    ev: bool = False  # state loads/stores with evict_first (streamed once per call)
 
 
-VARIANTS = [
+# call 1 (2026-11-29): the first sweep of structures
+SET_A1 = [
     Variant("m1w4", 1, 4, prediction="T1 ~86us (= FACTS BV128/w4); T8 2x over upstream"),
     Variant("m1w8", 1, 8, prediction="T1 slow like FACTS BV128/w8 (~150us)?; T8 ~ m1w4"),
     Variant("m2w4", 2, 4, prediction="between m1w4 and m4w4"),
@@ -76,6 +81,36 @@ VARIANTS = [
     Variant("cpy4w2", 4, 2, "cpy", prediction="ceiling"),
 ]
 
+# call 2: around the winners of call 1 (prefetched inputs, 2 sub-tiles), partial merges for
+# T = 1 tails, register caps, and the same structures on gated-delta-rule decode
+SET_A2 = [
+    Variant("m1w4pf", 1, 4, pf=True, prediction="re-run of call 1: 74.7us T1N64, 201.5us T8N64"),
+    Variant("m4w4pf", 4, 4, pf=True, prediction="re-run of call 1: 200.9us T8N64"),
+    Variant("m2w4pf", 2, 4, pf=True, prediction="best T8 (m2w4 beat m1w4/m4w4 by 8%): ~185us T8N64"),
+    Variant("m2w4pfr168", 2, 4, pf=True, maxnreg=168, prediction="3 CTAs/SM if no spill: T1 +5%"),
+    Variant("m1w8pfr128", 1, 8, pf=True, maxnreg=128, prediction="2 CTAs/SM at 8 warps: ~ m1w4pf"),
+    Variant("p2m1w4pf", 1, 4, pf=True, progs=2, prediction="T1: 2x CTAs, shorter tail: 90% at N64"),
+    Variant("p2m2w4pf", 2, 4, pf=True, progs=2, prediction="~ p2m1w4pf"),
+    Variant("p2m1w2pf", 1, 2, pf=True, progs=2, prediction="spills? (128 state regs at 2 warps)"),
+    Variant("p4m1w2pf", 1, 2, pf=True, progs=4, prediction="upstream tiling + up-front loads: T1 ~85%"),
+    Variant("p4m1w4pf", 1, 4, pf=True, progs=4, prediction="~ p4m1w2pf"),
+    Variant("p8m1w2pf", 1, 2, pf=True, progs=8, prediction="like up_bv16w2 + up-front loads"),
+    Variant("m1w4pfev", 1, 4, pf=True, ev=True, prediction="+2% T1 (less L2 pollution)"),
+    Variant("p2m1w4pfev", 1, 4, pf=True, progs=2, ev=True, prediction="+2% T1"),
+    Variant("cpy_p1w4ev", 1, 4, "cpy", ev=True, prediction="ceiling with evict_first"),
+    Variant("cpy_p1w4", 1, 4, "cpy", prediction="ceiling, 1 program per head (call 1: 90% N64)"),
+    Variant("cpy_p2w4", 1, 4, "cpy", progs=2, prediction="ceiling, 2 per head"),
+    Variant("cpy_p4w2", 1, 2, "cpy", progs=4, prediction="ceiling, 4 per head"),
+    Variant("cpy_p8w1", 1, 1, "cpy", progs=8, prediction="ceiling, 8 per head"),
+    Variant("gdn_m1w4pf", 1, 4, pf=True, family="gdn", prediction="GDN T8N64 >= 1.5x over upstream GDN"),
+    Variant("gdn_m2w4pf", 2, 4, pf=True, family="gdn", prediction="GDN"),
+    Variant("gdn_m4w4pf", 4, 4, pf=True, family="gdn", prediction="GDN"),
+    Variant("gdn_p2m1w4pf", 1, 4, pf=True, progs=2, family="gdn", prediction="GDN T1"),
+    Variant("gdn_p4m1w2pf", 1, 2, pf=True, progs=4, family="gdn", prediction="GDN T1"),
+]
+
+SETS = {"a1": SET_A1, "a2": SET_A2}
+
 
 # ----------------------------------------------------------------------------------------------
 # source generation
@@ -89,33 +124,37 @@ def _kernel_source(var: Variant) -> str:
     a(f'@triton.jit(do_not_specialize=["T"])')
     a(f"def {var.name}(q, k, v, g, beta, A_log, dt_bias, o, h, scale, T,")
     a("        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,")
-    a("        BK: tl.constexpr, BV: tl.constexpr):")
-    a("    i_nh = tl.program_id(0).to(tl.int64)")
+    a("        BK: tl.constexpr, BV: tl.constexpr, P: tl.constexpr):")
+    a("    pid = tl.program_id(0).to(tl.int64)")
+    a("    i_nh = pid // P")
+    a("    c0 = (pid % P) * (V // P)  # first V column of this program")
     a("    i_n = i_nh // HV")
     a("    i_hv = i_nh % HV")
     a("    i_h = i_hv // (HV // H)")
     a("    bos = i_n * T")
     a("    o_k = tl.arange(0, BK)")
-    a("    o_v = tl.arange(0, BV)")
+    a("    o_v = c0 + tl.arange(0, BV)")
     a("    mask_k = o_k < K")
     if vf:
-        a("    mask_h = (o_v[:, None] < BV) & mask_k[None, :]")
+        a("    mask_h = (o_v[:, None] < V) & mask_k[None, :]")
         a("    p_h = h + i_nh * K * V + o_v[:, None] * K + o_k[None, :]")
         step = "BV * K"
         kb, vb = "[None, :]", "[:, None]"
         red = 1
     else:
-        a("    mask_h = mask_k[:, None] & (o_v[None, :] < BV)")
+        a("    mask_h = mask_k[:, None] & (o_v[None, :] < V)")
         a("    p_h = h + i_nh * K * V + o_k[:, None] * V + o_v[None, :]")
         step = "BV"
         kb, vb = "[:, None]", "[None, :]"
         red = 0
 
+    hint = ", eviction_policy='evict_first'" if var.ev else ""
+
     def load_h(j: int) -> str:
-        return f"    b_h{j} = tl.load(p_h + {j} * {step}, mask=mask_h, other=0)"
+        return f"    b_h{j} = tl.load(p_h + {j} * {step}, mask=mask_h, other=0{hint})"
 
     def store_h(j: int, ind: str = "    ") -> str:
-        return f"{ind}tl.store(p_h + {j} * {step}, b_h{j}, mask=mask_h)"
+        return f"{ind}tl.store(p_h + {j} * {step}, b_h{j}, mask=mask_h{hint})"
 
     if var.mode == "cpy":
         for j in range(ns):
@@ -130,10 +169,17 @@ def _kernel_source(var: Variant) -> str:
         for j in range(min(var.depth, ns)):
             a(load_h(j))
     a("    b_nA = -tl.exp(tl.load(A_log + i_hv).to(tl.float32))")
-    a("    b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=mask_k, other=0).to(tl.float32)")
+    gdn = var.family == "gdn"
+    if gdn:  # one gate value per head and token
+        a("    b_bias = tl.load(dt_bias + i_hv).to(tl.float32)")
+    else:
+        a("    b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=mask_k, other=0).to(tl.float32)")
     a("    p_q = q + (bos * H + i_h) * K + o_k")
     a("    p_k = k + (bos * H + i_h) * K + o_k")
-    a("    p_g = g + (bos * HV + i_hv) * K + o_k")
+    if gdn:
+        a("    p_g = g + bos * HV + i_hv")
+    else:
+        a("    p_g = g + (bos * HV + i_hv) * K + o_k")
     a("    p_b = beta + bos * HV + i_hv")
     a("    p_v = v + (bos * HV + i_hv) * V + o_v")
     a("    p_o = o + (bos * HV + i_hv) * V + o_v")
@@ -142,7 +188,10 @@ def _kernel_source(var: Variant) -> str:
         mk = f"mask_k & {nxt}" if nxt else "mask_k"
         a(f"{ind}{dst}q = tl.load(p_q{off}, mask={mk}, other=0).to(tl.float32)")
         a(f"{ind}{dst}k = tl.load(p_k{off}, mask={mk}, other=0).to(tl.float32)")
-        a(f"{ind}{dst}g = tl.load(p_g{off}, mask={mk}, other=0).to(tl.float32)")
+        if gdn:
+            a(f"{ind}{dst}g = tl.load(p_g{off}).to(tl.float32)")
+        else:
+            a(f"{ind}{dst}g = tl.load(p_g{off}, mask={mk}, other=0).to(tl.float32)")
         if nxt:
             a(f"{ind}{dst}b = tl.load(p_b{off}, mask={nxt}, other=0).to(tl.float32)")
         else:
@@ -168,7 +217,7 @@ def _kernel_source(var: Variant) -> str:
     def tile_update(ind: str, js: list[int]) -> None:
         # statement-major: each statement for every sub-tile before the next statement
         for j in js:
-            a(f"{ind}b_h{j} *= b_d{kb}")
+            a(f"{ind}b_h{j} *= b_d" + ("" if gdn else kb))
         for j in js:
             a(f"{ind}b_v{j} = (b_v{j} - tl.sum(b_h{j} * b_k{kb}, {red})) * b_beta")
         for j in js:
@@ -197,7 +246,10 @@ def _kernel_source(var: Variant) -> str:
             mk = "mask_k & nxt"
             a(f"{ind}c_q = tl.load(p_q + H * K, mask={mk}, other=0).to(tl.float32)")
             a(f"{ind}c_k = tl.load(p_k + H * K, mask={mk}, other=0).to(tl.float32)")
-            a(f"{ind}c_g = tl.load(p_g + HV * K, mask={mk}, other=0).to(tl.float32)")
+            if gdn:
+                a(f"{ind}c_g = tl.load(p_g + HV, mask=nxt, other=0).to(tl.float32)")
+            else:
+                a(f"{ind}c_g = tl.load(p_g + HV * K, mask={mk}, other=0).to(tl.float32)")
             a(f"{ind}c_b = tl.load(p_b + HV, mask=nxt, other=0).to(tl.float32)")
             for j in range(ns):
                 a(f"{ind}c_v{j} = tl.load(p_v + HV * V + {j} * BV, mask=nxt, other=0).to(tl.float32)")
@@ -207,7 +259,7 @@ def _kernel_source(var: Variant) -> str:
         tile_update(ind, list(range(ns)))
         a(f"{ind}p_q += H * K")
         a(f"{ind}p_k += H * K")
-        a(f"{ind}p_g += HV * K")
+        a(f"{ind}p_g += " + ("HV" if gdn else "HV * K"))
         a(f"{ind}p_b += HV")
         a(f"{ind}p_v += HV * V")
         a(f"{ind}p_o += HV * V")
@@ -217,7 +269,7 @@ def _kernel_source(var: Variant) -> str:
         ind = "    "
         a(f"{ind}b_q = tl.load(p_q, mask=mask_k, other=0).to(tl.float32)")
         a(f"{ind}b_k = tl.load(p_k, mask=mask_k, other=0).to(tl.float32)")
-        a(f"{ind}b_g = tl.load(p_g, mask=mask_k, other=0).to(tl.float32)")
+        a(f"{ind}b_g = tl.load(p_g" + (")" if gdn else ", mask=mask_k, other=0)") + ".to(tl.float32)")
         a(f"{ind}b_b = tl.load(p_b).to(tl.float32)")
         for j in range(ns):
             a(f"{ind}b_v{j} = tl.load(p_v + {j} * BV).to(tl.float32)")
@@ -262,7 +314,7 @@ class Inputs:
     vfirst: bool
 
 
-def make_inputs(torch, N, T, H, HV, K, V, device, seed, vfirst=False) -> Inputs:
+def make_inputs(torch, N, T, H, HV, K, V, device, seed, vfirst=False, family="kda") -> Inputs:
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def rnd(*shape, scale=1.0, dtype=torch.bfloat16):
@@ -270,10 +322,10 @@ def make_inputs(torch, N, T, H, HV, K, V, device, seed, vfirst=False) -> Inputs:
 
     q, k = rnd(N, T, H, K), rnd(N, T, H, K)
     v = rnd(N, T, HV, V)
-    g = rnd(N, T, HV, K)
+    g = rnd(N, T, HV) if family == "gdn" else rnd(N, T, HV, K)
     beta = rnd(N, T, HV)
     A_log = (torch.rand(HV, generator=gen, device=device) * 2 - 1).float()
-    dt_bias = rnd(HV * K, scale=0.5, dtype=torch.float32)
+    dt_bias = rnd(HV if family == "gdn" else HV * K, scale=0.5, dtype=torch.float32)
     shape = (N, HV, V, K) if vfirst else (N, HV, K, V)
     h = rnd(*shape, scale=0.1, dtype=torch.float32)
     o = torch.full((N, T, HV, V), float("nan"), device=device, dtype=torch.bfloat16)
@@ -290,7 +342,10 @@ def reference(torch, x: Inputs, scale: float):
     k = x.k.to(d).repeat_interleave(rep, dim=2)
     q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * scale
     k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    gx = x.g.to(d) + x.dt_bias.to(d).view(HV, K)
+    if x.g.ndim == 3:  # gated delta rule: one gate per head, broadcast over K
+        gx = (x.g.to(d) + x.dt_bias.to(d)).unsqueeze(-1).expand(N, T, HV, K)
+    else:
+        gx = x.g.to(d) + x.dt_bias.to(d).view(HV, K)
     decay = torch.exp(-torch.exp(x.A_log.to(d)).view(HV, 1) * torch.nn.functional.softplus(gx))
     beta = torch.sigmoid(x.beta.to(d))
     h = x.h.to(d)
@@ -312,10 +367,27 @@ def reference(torch, x: Inputs, scale: float):
 def launch_probe(mod, var: Variant, x: Inputs, scale: float):
     N, T, H, K = x.q.shape
     HV, V = x.v.shape[2], x.v.shape[3]
-    BV = V // var.ns
+    BV = V // (var.ns * var.progs)
     fn = getattr(mod, var.name)
-    return fn[(N * HV,)](x.q, x.k, x.v, x.g, x.beta, x.A_log, x.dt_bias, x.o, x.h, scale, T,
-                  H=H, HV=HV, K=K, V=V, BK=K, BV=BV, num_warps=var.warps, num_stages=var.stages)
+    extra = {"maxnreg": var.maxnreg} if var.maxnreg else {}
+    return fn[(N * HV * var.progs,)](
+        x.q, x.k, x.v, x.g, x.beta, x.A_log, x.dt_bias, x.o, x.h, scale, T,
+        H=H, HV=HV, K=K, V=V, BK=K, BV=BV, P=var.progs, num_warps=var.warps,
+        num_stages=var.stages, **extra)
+
+
+def launch_upstream_gdn(fg, x: Inputs, scale: float, BV=8, warps=1, stages=3):
+    """fla-core 0.6.0 gated-delta-rule decode kernel as its wrapper launches it, but with the
+    state updated in place (h0 = ht; each program reads its tile before writing it)."""
+    N, T, H, K = x.q.shape
+    HV, V = x.v.shape[2], x.v.shape[3]
+    grid = (-(-V // BV) * N * HV,)
+    fg.fused_recurrent_gated_delta_rule_fwd_kernel[grid](
+        q=x.q, k=x.k, v=x.v, g=x.g, gk=None, gv=None, beta=x.beta, A_log=x.A_log,
+        dt_bias=x.dt_bias, o=x.o, h0=x.h, ht=x.h, cu_seqlens=None, scale=scale, T=T, H=H, HV=HV,
+        K=K, V=V, BK=K, BV=BV, IS_BETA_HEADWISE=True, USE_QK_L2NORM_IN_KERNEL=True,
+        STATE_V_FIRST=False, APPLY_BETA_SIGMOID=True, ALLOW_NEG_EIGVAL=False,
+        num_warps=warps, num_stages=stages)
 
 
 def launch_upstream(fr, x: Inputs, scale: float, BV=None, warps=4, stages=2):
@@ -344,6 +416,7 @@ def launch_upstream(fr, x: Inputs, scale: float, BV=None, warps=4, stages=2):
 @dataclass(frozen=True)
 class Runner:
     name: str
+    family: str
     vfirst: bool
     t1_only: bool
     ceiling: bool
@@ -351,17 +424,23 @@ class Runner:
     call: object  # (Inputs) -> None
 
 
-def runners(mod, fr, scale) -> list[Runner]:
+def runners(mod, fr, fg, scale, variants, set_name) -> list[Runner]:
     out = []
     if fr is not None:
-        out.append(Runner("upstream", False, False, False, "T1 88.6us@N64 (FACTS)",
+        out.append(Runner("upstream", "kda", False, False, False, "T1 88.6us@N64 (FACTS)",
                           lambda x: launch_upstream(fr, x, scale)))
-        out.append(Runner("up_bv16w2", False, False, False, "T1 78.9us@N64 (FACTS)",
+        out.append(Runner("up_bv16w2", "kda", False, False, False, "T1 78.9us@N64 (FACTS)",
                           lambda x: launch_upstream(fr, x, scale, BV=16, warps=2)))
-        out.append(Runner("up_vfirst", True, False, False, "layout only: ~ upstream",
-                          lambda x: launch_upstream(fr, x, scale)))
-    for var in VARIANTS:
-        out.append(Runner(var.name, var.vfirst, var.mode in ("str", "cpy"), var.mode == "cpy", var.prediction,
+        if set_name == "a1":
+            out.append(Runner("up_vfirst", "kda", True, False, False, "layout only: ~ upstream",
+                              lambda x: launch_upstream(fr, x, scale)))
+    if fg is not None and any(v.family == "gdn" for v in variants):
+        out.append(Runner("gdn_upstream", "gdn", False, False, False, "T8N64 211.6us (FACTS)",
+                          lambda x: launch_upstream_gdn(fg, x, scale)))
+        out.append(Runner("gdn_up_bv16w1", "gdn", False, False, False, "FACTS: 1.22x T1, 1.33x T8",
+                          lambda x: launch_upstream_gdn(fg, x, scale, BV=16, warps=1)))
+    for var in variants:
+        out.append(Runner(var.name, var.family, var.vfirst, var.mode in ("str", "cpy"), var.mode == "cpy", var.prediction,
                           (lambda vv: (lambda x: launch_probe(mod, vv, x, scale)))(var)))
     return out
 
@@ -372,14 +451,17 @@ def rel_rms(torch, a, b) -> float:
 
 
 def check(torch, r: Runner, shape, device, seed, scale):
-    N, T, H, HV, K, V = shape
-    x = make_inputs(torch, N, T, H, HV, K, V, device, seed, r.vfirst)
+    N, T, H, HV, K, V = family_shape(r.family, shape)
+    x = make_inputs(torch, N, T, H, HV, K, V, device, seed, r.vfirst, r.family)
     inputs_before = [t.clone() for t in (x.q, x.k, x.v, x.g, x.beta, x.A_log, x.dt_bias)]
     o_ref, h_ref = reference(torch, x, scale)
-    r.call(x)
-    if device != "cpu":
-        torch.cuda.synchronize()
     bad = []
+    try:
+        r.call(x)
+        if device != "cpu":
+            torch.cuda.synchronize()
+    except Exception as e:  # a variant that does not compile fails its check, the run goes on
+        return False, float("nan"), float("nan"), f"{type(e).__name__}: {str(e)[:300]}"
     if not torch.isfinite(x.o.float()).all():
         bad.append("o has NaN/inf (unwritten or overflow)")
     if not torch.isfinite(x.h).all():
@@ -396,10 +478,17 @@ def check(torch, r: Runner, shape, device, seed, scale):
 # timing
 
 
-def roofline_bytes(N, T, H, HV, K, V) -> int:
+def family_shape(family, shape):
+    """The issue's shapes: KDA has H = HV = 32; the gated-delta-rule decode H = 16, HV = 32."""
+    N, T, H, HV, K, V = shape
+    return (N, T, max(1, H // 2), HV, K, V) if family == "gdn" else shape
+
+
+def roofline_bytes(family, N, T, H, HV, K, V) -> int:
     state = 2 * N * HV * K * V * 4
-    io = 2 * N * T * H * K * 2 + N * T * HV * K * 2 + 2 * N * T * HV * V * 2 + N * T * HV * 2
-    return state + io + HV * 4 + HV * K * 4
+    gk = 1 if family == "gdn" else K
+    io = 2 * N * T * H * K * 2 + N * T * HV * gk * 2 + 2 * N * T * HV * V * 2 + N * T * HV * 2
+    return state + io + HV * 4 + HV * gk * 4
 
 
 def copy_bandwidth(torch) -> float:
@@ -423,16 +512,17 @@ def copy_bandwidth(torch) -> float:
     return 2 * n * 4 / times[len(times) // 2]
 
 
-def time_shape(torch, rs: list[Runner], shape, reps: int):
+def time_shape(torch, rs: list[Runner], shape0, reps: int):
     """Median us per call for each runner; all runners interleaved replay by replay."""
-    N, T, H, HV, K, V = shape
+    N, T, H, HV, K, V = shape0
     state_bytes = N * HV * K * V * 4
     R = max(2, math.ceil(240e6 / state_bytes))  # rotate sets: >120 MB of state per replay
     graphs = {}
     for r in rs:
         if r.t1_only and T != 1:
             continue
-        sets = [make_inputs(torch, N, T, H, HV, K, V, "cuda", 1000 + i, r.vfirst) for i in range(R)]
+        shp = family_shape(r.family, shape0)
+        sets = [make_inputs(torch, *shp, "cuda", 1000 + i, r.vfirst, r.family) for i in range(R)]
         for x in sets:  # warm up (compile) outside the capture
             r.call(x)
         torch.cuda.synchronize()
@@ -467,27 +557,29 @@ def time_shape(torch, rs: list[Runner], shape, reps: int):
 
 def import_upstream():
     try:
+        import fla.ops.gated_delta_rule.fused_recurrent as fg
         import fla.ops.kda.fused_recurrent as fr  # fla-core 0.6.0, pure Python
 
-        return fr, ""
+        return fr, fg, ""
     except Exception as e:  # reported, the merged variants are still measured
-        return None, f"{type(e).__name__}: {e}"
+        return None, None, f"{type(e).__name__}: {e}"
 
 
-def cpu_check() -> int:
+def cpu_check(set_name: str) -> int:
     import torch
 
+    variants = SETS[set_name]
     where = tempfile.mkdtemp(prefix="mtp_")
-    mod, _ = build_module(VARIANTS, where)
-    fr, why = import_upstream()
+    mod, _ = build_module(variants, where)
+    fr, fg, why = import_upstream()
     scale = 32 ** -0.5
-    rs = runners(mod, fr, scale)
+    rs = runners(mod, fr, fg, scale, variants, set_name)
     fails = 0
     for r in rs:
         if r.ceiling:
             continue
         for T in ((1,) if r.t1_only else (1, 3)):
-            shape = (2, T, 2, 4, 32, 32)
+            shape = (2, T, 4, 4, 32, 32)
             ok, eo, eh, why_bad = check(torch, r, shape, "cpu", 7 + T, scale)
             fails += not ok
             print(f"{r.name:12s} T={T} ok={ok} err_o={eo:.2e} err_h={eh:.2e} {why_bad}")
@@ -496,24 +588,25 @@ def cpu_check() -> int:
     return 1 if fails else 0
 
 
-def gpu_main(out_dir: str, reps: int, only: str | None) -> int:
+def gpu_main(out_dir: str, reps: int, only: str | None, set_name: str) -> int:
     import torch
     import triton
 
+    variants = SETS[set_name]
     os.makedirs(out_dir, exist_ok=True)
     where = tempfile.mkdtemp(prefix="mtp_")
-    mod, src_path = build_module(VARIANTS, where)
-    fr, why = import_upstream()
+    mod, src_path = build_module(variants, where)
+    fr, fg, why = import_upstream()
     H, HV, K, V = 32, 32, 128, 128
     scale = K ** -0.5
-    rs = runners(mod, fr, scale)
+    rs = runners(mod, fr, fg, scale, variants, set_name)
     if only:
         keep = set(only.split(","))
         rs = [r for r in rs if r.name in keep]
     info = {
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "upstream_import_error": why,
-        "command": " ".join(sys.argv), "reps": reps,
+        "command": " ".join(sys.argv), "reps": reps, "set": set_name,
     }
     print(json.dumps(info), flush=True)
     # numerics first: every variant on fresh inputs at two small shapes and one odd one
@@ -535,10 +628,12 @@ def gpu_main(out_dir: str, reps: int, only: str | None) -> int:
               flush=True)
     good = [r for r in rs if all(c["ok"] for c in checks[r.name])]
     regs = {}
-    xs = make_inputs(torch, 2, 1, H, HV, K, V, "cuda", 5)
-    xv = make_inputs(torch, 2, 1, H, HV, K, V, "cuda", 5, vfirst=True)
-    for var in VARIANTS:
-        ck = launch_probe(mod, var, xv if var.vfirst else xs, scale)
+    for var in variants:
+        if var.name not in {r.name for r in good}:
+            continue
+        xs = make_inputs(torch, *family_shape(var.family, (2, 1, H, HV, K, V)), "cuda", 5,
+                         var.vfirst, var.family)
+        ck = launch_probe(mod, var, xs, scale)
         regs[var.name] = (getattr(ck, "n_regs", None), getattr(ck, "n_spills", None))
     info["regs_spills"] = regs
     print("regs/spills", regs, flush=True)
@@ -551,18 +646,21 @@ def gpu_main(out_dir: str, reps: int, only: str | None) -> int:
             shape = (N, T, H, HV, K, V)
             t0 = time.time()
             times, R = time_shape(torch, good, shape, reps)
-            roof_us = roofline_bytes(*shape) / bw * 1e6
+            fam = {r.name: r.family for r in good}
             for name, t in times.items():
+                roof_us = roofline_bytes(fam[name], *family_shape(fam[name], shape)) / bw * 1e6
                 results.append({"T": T, "N": N, "variant": name, "rot": R, "roof_us": roof_us,
                                 "pct_roof": 100 * roof_us / t["p50"], **t})
             print(f"T={T} N={N} timed {len(times)} in {time.time() - t0:.1f}s", flush=True)
     with open(os.path.join(out_dir, "merge_tiles_probe.json"), "w") as f:
         json.dump({"info": info, "checks": checks, "results": results,
-                   "variants": [asdict(v) for v in VARIANTS]}, f, indent=1)
+                   "variants": [asdict(v) for v in variants]}, f, indent=1)
     with open(src_path) as f, open(os.path.join(out_dir, "merge_tiles_probe_kernels.py"), "w") as g:
         g.write(f.read())
     # compact table: us (and % roofline) per variant and shape, speedup vs upstream
-    base = {(r["T"], r["N"]): r["p50"] for r in results if r["variant"] == "upstream"}
+    base = {(r["T"], r["N"], "kda"): r["p50"] for r in results if r["variant"] == "upstream"}
+    base.update({(r["T"], r["N"], "gdn"): r["p50"] for r in results if r["variant"] == "gdn_upstream"})
+    fam = {r.name: r.family for r in good}
     names = [r.name for r in good]
     cols = [(T, N) for T in (1, 4, 8) for N in (32, 64, 256)]
     print("\nvariant      " + " ".join(f"T{T}N{N:<3d}      " for T, N in cols))
@@ -574,7 +672,7 @@ def gpu_main(out_dir: str, reps: int, only: str | None) -> int:
                 cells.append(" " * 15)
                 continue
             r = m[0]
-            sp = base.get((T, N), float("nan")) / r["p50"]
+            sp = base.get((T, N, fam[n]), float("nan")) / r["p50"]
             cells.append(f"{r['p50']:6.1f}/{r['pct_roof']:3.0f}%/{sp:4.2f}")
         print(f"{n:12s} " + " ".join(cells))
     failed = [r.name for r in rs if r not in good]
@@ -588,8 +686,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/merge_tiles_probe"))
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--only", default=None, help="comma-separated runner names")
+    ap.add_argument("--set", default="a2", choices=sorted(SETS), help="variant set (a1: call 1)")
     a = ap.parse_args()
-    return cpu_check() if a.cpu_check else gpu_main(a.out, a.reps, a.only)
+    return cpu_check(a.set) if a.cpu_check else gpu_main(a.out, a.reps, a.only, a.set)
 
 
 if __name__ == "__main__":

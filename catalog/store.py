@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,13 +133,11 @@ class Catalog:
             # WAL: readers never block the writer; NORMAL sync is crash-safe in WAL
             # (a killed process loses nothing committed), only power loss may drop the
             # last commits, which re-mining restores.
-            # The journal mode is persistent: only the first opener switches it.
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise CatalogError(f"{path}: not a usable skel catalog ({exc}); the file was left untouched") from exc
+            raise CatalogError(f"{path}: not a usable skel catalog ({exc}); the file was left untouched") from None
         except BaseException:
             conn.close()
             raise
@@ -401,6 +400,28 @@ def _check_file(path: Path) -> None:
         raise CatalogError(f"{path}: cannot read the catalog ({exc.strerror})") from None
     if head and head != SQLITE_MAGIC:
         raise CatalogError(f"{path}: not an SQLite database (unexpected file header); refusing to touch it")
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL (persistent: only the first opener does it).
+
+    The switch needs the file to itself and SQLite answers "locked" at once rather
+    than calling the busy handler, so when several processes open a new catalog
+    together we retry here within the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.001
+    while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # A file system without shared memory keeps the rollback journal (still safe,
+            # writers just block readers); SQLite answers with the old mode, not an error.
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def _inspect(conn: sqlite3.Connection, path: Path) -> int:

@@ -183,7 +183,17 @@ class KernelProfile:
         return g
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        # Same content as dataclasses.asdict, without its deep copy of every edge tuple
+        # (asdict dominated mining time: ~7 ms per kernel).
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in _ROW_FIELDS:
+                v = tuple(dict(vars(r)) for r in v)
+            elif f.name == "tune":
+                v = dict(vars(v))
+            out[f.name] = v
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "KernelProfile":
@@ -206,6 +216,9 @@ class KernelProfile:
         d["symbols"] = tuple(tuple(e) for e in d.get("symbols", ()))
         d["shared"] = tup(d.get("shared", ()), SharedArray)
         return cls(**d)
+
+
+_ROW_FIELDS = frozenset({"params", "program_axes", "loops", "memops", "reductions", "dots", "math", "launches"})
 
 
 def _tuplify(row: dict) -> dict:

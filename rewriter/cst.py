@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from skel.rewriter.base import APPLIED, FAILED, Change, Rewrite, RewriteOptions
+from skel.rewriter.base import APPLIED, FAILED, SKIPPED, Change, Rewrite, RewriteOptions
 
 # A condition on the path to a statement: (source text of the test, polarity).
 Cond = tuple[str, bool]
@@ -429,11 +429,13 @@ def value_dtype(node: cst.BaseExpression, defs: dict[str, list[cst.BaseExpressio
         kinds = {value_dtype(node.left, defs, depth + 1), value_dtype(node.right, defs, depth + 1)} - {"scalar"}
         if not kinds:
             return "scalar"
+        if "fp32" in kinds:
+            return "fp32"  # arithmetic with an fp32 tensor promotes 16-bit operands to fp32
         return kinds.pop() if len(kinds) == 1 else "?"
     if isinstance(node, cst.Name):
         rhs = defs.get(node.value)
         if not rhs:
-            return "?"
+            return "scalar"  # a kernel parameter or a global: tensors come from loads, not arguments
         # self-updates (x = x / s) read the name being defined: evaluate them without it
         rest = {k: w for k, w in defs.items() if k != node.value}
         kinds = {value_dtype(v, rest, depth + 1) for v in rhs}
@@ -465,3 +467,8 @@ def launches(module: cst.Module, kernels: dict[str, cst.FunctionDef]) -> list[tu
 
     module.visit(V())
     return found
+
+
+def skip(code: str, safety: str, source: str, reason: str) -> list[Rewrite]:
+    """``base.skipped`` that keeps the skeleton's safety on the result."""
+    return [Rewrite(code, SKIPPED, source, reason, safety=safety)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK001"
 SAFETY = "unsafe"
@@ -163,7 +163,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.failed(CODE, source, src, SAFETY)
     ks = C.kernels(src.module, options)
     if not ks:
-        return skipped(CODE, source, "not applicable: no @triton.jit function" + (f" named {options.kernel}" if options.kernel else ""))
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function" + (f" named {options.kernel}" if options.kernel else ""))
     tl = C.triton_language_alias(src.module)
     edits: dict = {}
     changes: list[Change] = []
@@ -189,11 +189,11 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             edits[if_stmt] = _else_edit(moved)
     if not edits:
         if kept16:
-            return skipped(CODE, source, f"not applicable: the norm is computed in a 16-bit type ({', '.join(kept16)}); kept the division")
+            return C.skip(CODE, SAFETY, source, f"not applicable: the norm is computed in a 16-bit type ({', '.join(kept16)}); kept the division")
         done = _already(ks)
         if done:
-            return skipped(CODE, source, f"already applied: the norm already multiplies by {done}")
-        return skipped(CODE, source, "not applicable: no division by the square root of a reduction (tl.sum/tl.reduce) in any @triton.jit function")
+            return C.skip(CODE, SAFETY, source, f"already applied: the norm already multiplies by {done}")
+        return C.skip(CODE, SAFETY, source, "not applicable: no division by the square root of a reduction (tl.sum/tl.reduce) in any @triton.jit function")
     new = C.apply_edits(src.module, edits).code
     folded = len(changes) - n
     summary = f"{n} norm division(s) -> rsqrt multiply" + (f", {folded} scale multiply(ies) folded in" if folded else "")

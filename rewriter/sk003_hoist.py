@@ -18,7 +18,7 @@ import re
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK003"
 SAFETY = "safe"
@@ -145,7 +145,7 @@ class _LoopPlan:
             if line in self.remove or loops or not _constexpr_chain(chain, self.constexprs):
                 continue
             value = getattr(small, "value", None)
-            if value is None or isinstance(small, cst.Expr):
+            if value is None:
                 continue
             for sub in self._maximal(value):
                 name = self._fresh(sub)
@@ -223,7 +223,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.failed(CODE, source, src, SAFETY)
     ks = C.kernels(src.module, options)
     if not ks:
-        return skipped(CODE, source, "not applicable: no @triton.jit function")
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function")
     edits: dict = {}
     changes: list[Change] = []
     refused: list[str] = []
@@ -239,6 +239,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             if not plan.moves:
                 continue
             changes += plan.changes
+            changes.append(Change(src.line(loop), f"{len(plan.moves)} hoisted statement(s) inserted before this loop"))
             for line in plan.remove:
                 edits[line] = lambda upd: cst.RemovalSentinel.REMOVE
             for sub, name in plan.replace.items():
@@ -246,15 +247,16 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             edits[loop] = _loop_edit(sorted(plan.moves, key=lambda m: m[0]), src.line(loop))
     if not edits:
         if loops_seen == 0:
-            return skipped(CODE, source, "not applicable: no for-loop in any @triton.jit function")
+            return C.skip(CODE, SAFETY, source, "not applicable: no for-loop in any @triton.jit function")
         if MARKER in source:
-            return skipped(CODE, source, "already applied: invariant loads were hoisted (marker "
+            return C.skip(CODE, SAFETY, source, "already applied: invariant loads were hoisted (marker "
                            f"'# {MARKER}') and nothing loop-invariant is left in the loops")
         why = "; ".join(refused) if refused else "every load in the loops reads an address that changes per iteration"
-        return skipped(CODE, source, f"not applicable: no loop-invariant load to hoist ({why})")
+        return C.skip(CODE, SAFETY, source, f"not applicable: no loop-invariant load to hoist ({why})")
     new = C.apply_edits(src.module, edits).code
-    n_loads = sum(1 for c in changes if "hoisted" in c.description)
-    summary = f"{n_loads} loop-invariant load statement(s) hoisted, {len(changes) - n_loads} value(s) computed once"
+    n_loads = sum(1 for c in changes if "hoisted out" in c.description)
+    n_values = sum(1 for c in changes if "computed once" in c.description)
+    summary = f"{n_loads} loop-invariant load statement(s) hoisted, {n_values} value(s) computed once"
     return [C.applied_result(CODE, source, new, changes, summary, SAFETY)]
 
 

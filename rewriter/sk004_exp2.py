@@ -16,7 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK004"
 SAFETY = "unsafe"
@@ -91,7 +91,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     helpers, helper_defs = _helper_exps(src.module, tl)
     ks = [k for k in C.kernels(src.module, options) if k not in helper_defs]
     if not ks:
-        return skipped(CODE, source, "not applicable: no @triton.jit function (other than exp helpers)")
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function (other than exp helpers)")
     edits: dict = {}
     changes: list[Change] = []
     for kernel in ks:
@@ -106,8 +106,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             changes.append(Change(src.line(call), f"{C.code_of(call)} -> {tl}.math.exp2(...), {how}"))
     if not edits:
         if any(C.last_part(C.call_name(c)) == "exp2" and LOG2E_TEXT[:8] in C.code_of(c) for k in ks for c in C.calls_in(k)):
-            return skipped(CODE, source, "already applied: exponentials are exp2 of a log2(e)-scaled argument")
-        return skipped(CODE, source, "not applicable: no natural exponential (tl.exp, tl.math.exp or an exp helper) "
+            return C.skip(CODE, SAFETY, source, "already applied: exponentials are exp2 of a log2(e)-scaled argument")
+        return C.skip(CODE, SAFETY, source, "not applicable: no natural exponential (tl.exp, tl.math.exp or an exp helper) "
                        "in any @triton.jit function")
     new = C.apply_edits(src.module, edits).code
     return [C.applied_result(CODE, source, new, changes, f"{len(edits)} exp call(s) -> exp2 with log2(e) folded", SAFETY)]

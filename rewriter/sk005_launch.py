@@ -29,7 +29,7 @@ import re
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK005"
 SAFETY = "unsafe"
@@ -165,10 +165,10 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     ks = {k.name.value: k for k in C.kernels(src.module, options)}
     launches = C.launches(src.module, ks)
     if not launches:
-        return skipped(CODE, source, "not applicable: no kernel[grid](...) launch of a @triton.jit kernel in this file")
+        return C.skip(CODE, SAFETY, source, "not applicable: no kernel[grid](...) launch of a @triton.jit kernel in this file")
     if MARKER in source:
         line = next(ln for ln in source.splitlines() if MARKER in ln).strip()
-        return skipped(CODE, source, f"already applied: the launch config was chosen by a search ({line})")
+        return C.skip(CODE, SAFETY, source, f"already applied: the launch config was chosen by a search ({line})")
     extra = dict(options.extra)
     budget = int(extra.get("max_elems_per_thread", 128))
     shape = dict(options.shape)
@@ -181,7 +181,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             continue
         out.extend(_variants(src, Launch(call, kernel, host, shape), budget, options.max_variants - len(out), reasons))
     if not out:
-        return skipped(CODE, source, "not applicable: " + "; ".join(reasons or ["no launch variant within the resource bounds"]))
+        return C.skip(CODE, SAFETY, source, "not applicable: " + "; ".join(reasons or ["no launch variant within the resource bounds"]))
     return out
 
 
@@ -243,6 +243,7 @@ def _apply(src: C.Source, launch: Launch, cfg: dict, varied: dict, per_thread, b
     stmt = _statement_of(src.module, launch.call)
     note = C.comment_line(f"{MARKER}: launch config {label} (searched; {per_thread:g} fp32 tile elements/thread)"
                           if per_thread else f"{MARKER}: launch config {label} (searched)")
+    changes.append(Change(src.line(stmt), f"launch marked '# {MARKER}: launch config {label}'"))
     if add:
         edits[launch.call] = lambda upd: upd.with_changes(args=[*upd.args, *add])
     edits[stmt] = lambda upd: upd.with_changes(leading_lines=[*upd.leading_lines, note])

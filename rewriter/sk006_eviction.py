@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 from skel.rewriter.sk005_launch import Launch
 
 CODE = "SK006"
@@ -63,7 +63,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.failed(CODE, source, src, SAFETY)
     ks = {k.name.value: k for k in C.kernels(src.module, options)}
     if not ks:
-        return skipped(CODE, source, "not applicable: no @triton.jit function")
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function")
     sites = C.launches(src.module, ks)
     edits: dict = {}
     changes: list[Change] = []
@@ -105,8 +105,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                                       f"eviction_policy='{policy}' ({why})"))
     if not edits:
         if hinted:
-            return skipped(CODE, source, f"already applied: all {hinted} loads/stores in the loops carry an eviction policy"
+            return C.skip(CODE, SAFETY, source, f"already applied: all {hinted} loads/stores in the loops carry an eviction policy"
                            + (f" ({'; '.join(reasons)})" if reasons else ""))
-        return skipped(CODE, source, "not applicable: " + ("; ".join(reasons) or "no load or store inside a loop"))
+        return C.skip(CODE, SAFETY, source, "not applicable: " + ("; ".join(reasons) or "no load or store inside a loop"))
     new = C.apply_edits(src.module, edits).code
     return [C.applied_result(CODE, source, new, changes, f"{len(edits)} eviction hint(s) added", SAFETY)]

@@ -6,7 +6,7 @@ the same tile, an ``acc`` argument, or an operand that is itself a dot result) t
 compounds with the chain length. ``tf32x3`` (split-precision TF32, three MMAs) keeps close to
 fp32 accuracy on the same tensor cores. The rewrite adds the keyword only where both operands
 are statically fp32 (cast with ``.to(tl.float32)``, created as float32, or dot/reduction
-results); 16-bit operands are already exact on tensor cores and are left alone.
+results; one fp32 operand makes both fp32, since tl.dot needs matching dtypes); 16-bit operands are already exact on tensor cores and are left alone.
 
 Unsafe: it changes the precision (here: upward) and the speed; accepted on accuracy.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK007"
 SAFETY = "unsafe"
@@ -54,6 +54,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                 operands = [a.value for a in call.args if a.keyword is None][:2]
                 kinds = [C.value_dtype(o, defs) for o in operands]
                 line = src.line(call)
+                if len(operands) == 2 and "fp32" in kinds and "16bit" not in kinds:
+                    kinds = ["fp32", "fp32"]  # tl.dot requires both operands to have the same dtype
                 if len(operands) < 2 or kinds != ["fp32", "fp32"]:
                     kept.append(f"line {line}: operands are {'/'.join(kinds) or '?'}, not both fp32")
                     continue
@@ -71,10 +73,11 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                 changes.append(Change(line, f"{C.code_of(call)}: input_precision=\"{PRECISION}\" (fp32 operands in an "
                                       "accumulation chain)"))
     if not edits:
-        if explicit and not kept:
-            return skipped(CODE, source, f"already applied: all {explicit} tl.dot call(s) state their input precision")
+        if explicit:
+            rest = f" (left alone: {'; '.join(kept)})" if kept else ""
+            return C.skip(CODE, SAFETY, source, f"already applied: {explicit} tl.dot call(s) state their input precision{rest}")
         if not explicit and not kept:
-            return skipped(CODE, source, "not applicable: no tl.dot in any @triton.jit function")
-        return skipped(CODE, source, "not applicable: " + "; ".join(kept))
+            return C.skip(CODE, SAFETY, source, "not applicable: no tl.dot in any @triton.jit function")
+        return C.skip(CODE, SAFETY, source, "not applicable: " + "; ".join(kept))
     new = C.apply_edits(src.module, edits).code
     return [C.applied_result(CODE, source, new, changes, f"{len(edits)} fp32 dot(s) -> {PRECISION}", SAFETY)]

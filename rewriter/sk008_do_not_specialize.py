@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register, skipped
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK008"
 SAFETY = "safe"
@@ -93,8 +93,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         changes.append(Change(src.line(dec), f"{kernel.name.value}: do_not_specialize += {missing}"))
     if not edits:
         if done:
-            return skipped(CODE, source, "already applied: " + "; ".join(done))
-        return skipped(CODE, source, "not applicable: no @triton.jit kernel with a runtime shape argument "
+            return C.skip(CODE, SAFETY, source, "already applied: " + "; ".join(done))
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit kernel with a runtime shape argument "
                        "(a loop bound or an integer-annotated parameter)")
     new = C.apply_edits(src.module, edits).code
     return [C.applied_result(CODE, source, new, changes, f"do_not_specialize for {len(edits)} kernel(s)", SAFETY)]

@@ -17,6 +17,8 @@ from skel.errors import EXIT_USAGE, UsageError
 # Verb modules, in the order `skel --help` lists them.
 COMMANDS = (
     "skel.commands.catalog",
+    "skel.commands.validate",
+    "skel.commands.apply",
 )
 
 DESCRIPTION = """\

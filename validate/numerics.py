@@ -7,6 +7,7 @@ not declare in-place must come back bit-identical.
 """
 from __future__ import annotations
 
+import contextlib
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +124,9 @@ def run_call(fn: Callable, inputs: dict[str, Any], spec: TargetSpec, device: str
     try:
         ret = fn(**args)
         synchronize(device)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from a launcher is the candidate's failure too
         raise CallFailed(f"raised {describe_exception(exc, source)}") from None
     values = (ret,) if len(spec.outputs) == 1 and isinstance(ret, torch.Tensor) else ret
     if not isinstance(values, (tuple, list)) or len(values) != len(spec.outputs) or not all(
@@ -149,8 +152,12 @@ def run_call(fn: Callable, inputs: dict[str, Any], spec: TargetSpec, device: str
                 f" {float(before.reshape(-1)[flat]):.6g} -> {float(after.reshape(-1)[flat]):.6g});"
                 f" inputs it may update in place: {allowed}"
             )
+    # Returning an in-place input (an updated state handed back) is legitimate; returning any
+    # other input as an output is not.
     storages = {
-        name: t.untyped_storage().data_ptr() for name, t in args.items() if isinstance(t, torch.Tensor)
+        name: t.untyped_storage().data_ptr()
+        for name, t in args.items()
+        if isinstance(t, torch.Tensor) and name not in spec.inplace
     }
     for out_name, out in zip(spec.outputs, values):
         for in_name, ptr in storages.items():
@@ -176,6 +183,37 @@ def poison_allocator(like: dict[str, torch.Tensor]) -> None:
         block.fill_(float("nan") if block.is_floating_point() else -1)
         blocks.append(block)
     del blocks
+
+
+_ALLOCATORS = ("empty", "empty_like", "empty_strided")
+
+
+def _poisoned(alloc):
+    def wrapper(*args, **kwargs):
+        out = alloc(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.numel():
+            out.fill_(float("nan") if out.is_floating_point() else -1)
+        return out
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """While active, torch.empty / empty_like / empty_strided / Tensor.new_empty return memory
+    filled with NaN (-1 for integers): whatever a launcher allocates and leaves unwritten shows,
+    whatever the allocator would have handed back (the CPU allocator gives no reuse guarantee)."""
+    saved = {name: getattr(torch, name) for name in _ALLOCATORS}
+    saved_new_empty = torch.Tensor.new_empty
+    try:
+        for name, alloc in saved.items():
+            setattr(torch, name, _poisoned(alloc))
+        torch.Tensor.new_empty = _poisoned(saved_new_empty)
+        yield
+    finally:
+        for name, alloc in saved.items():
+            setattr(torch, name, alloc)
+        torch.Tensor.new_empty = saved_new_empty
 
 
 def precision_floor(dtype: str) -> float:
@@ -250,7 +288,8 @@ class ShapeJudge:
         poison_allocator({n: base.outputs[n] for n in spec.outputs})
         self.notify("call", f"shape {self.shape.label} seed {seed}")
         try:
-            cand = run_call(self.candidate, inputs, spec, self.device, self.candidate_path)
+            with poisoned_allocations():
+                cand = run_call(self.candidate, inputs, spec, self.device, self.candidate_path)
         except CallFailed as exc:
             self.notify("done", "")
             self.failures.append(f"seed {seed}: the candidate {exc}")

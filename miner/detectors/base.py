@@ -72,7 +72,7 @@ Predicate = Callable[["Ctx"], Check]
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][\w\s,\[\]\.]*?)\s*(\+=|-=|\*=|/=|=)(?!=)\s*(.+?)\s*;?\s*$")
 LOAD_CALL = re.compile(r"(?<![\w])(?:tl\.load|__ldg|__ldcs|__ldlu|__ldca|__ldcg)\s*\(")
 _ANNOTATED = re.compile(r"^\s*([A-Za-z_]\w*)\s*:\s*[\w\.\[\], ]+?\s*=(?!=)\s*(.+?)\s*$")
-_CPP_DECL = re.compile(r"^\s*(?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
+_CPP_DECL = re.compile(r"^\s*((?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+)([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class Assign:
     targets: tuple[str, ...]
     op: str  # "=", "+=", "*=", ...
     rhs: str
+    decl: str = ""  # C++ declared type ("float", "const int"), "" for Python
 
 
 class Ctx:
@@ -105,7 +106,7 @@ class Ctx:
         while 1 <= i <= len(self._lines) and i < line + 40:
             raw = _strip_comment(self._lines[i - 1], self.p.language)
             out.append(raw.strip())
-            depth += sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}")
+            depth += _balance(raw, self.p.language)
             if depth <= 0 and not raw.rstrip().endswith("\\"):
                 break
             i += 1
@@ -210,11 +211,17 @@ def _strip_comment(line: str, language: str) -> str:
     return line if i < 0 else line[:i]
 
 
+def _balance(raw: str, language: str) -> int:
+    """Open minus closed brackets on a line; C++ braces delimit blocks, not statements."""
+    opens, closes = ("([{", ")]}") if language == "triton" else ("([", ")]")
+    return sum(raw.count(c) for c in opens) - sum(raw.count(c) for c in closes)
+
+
 def _count_continuation(lines: list[str], line: int, language: str) -> int:
     depth, i = 0, line
     while 1 <= i <= len(lines) and i < line + 40:
         raw = _strip_comment(lines[i - 1], language)
-        depth += sum(raw.count(c) for c in "([{") - sum(raw.count(c) for c in ")]}")
+        depth += _balance(raw, language)
         if depth <= 0 and not raw.rstrip().endswith("\\"):
             return i - line + 1
         i += 1
@@ -225,7 +232,7 @@ def _parse_assign(stmt: str, line: int, language: str) -> Assign | None:
     if language != "triton":
         m = _CPP_DECL.match(stmt)
         if m:
-            return Assign(line, (m.group(1),), m.group(3), m.group(4))
+            return Assign(line, (m.group(2),), m.group(4), m.group(5), m.group(1).strip())
     ann = _ANNOTATED.match(stmt)
     if ann:
         return Assign(line, (ann.group(1),), "=", ann.group(2))

@@ -98,7 +98,7 @@ def _fp32(ctx: Ctx, arg: str, line: int) -> bool:
     dts.discard("?")
     if dts:
         return dts <= {"fp32", "fp64"}
-    texts = [arg] + [a.rhs for a in ctx.closure(arg, line, depth=4)]
+    texts = [arg] + [f"{a.decl} {a.rhs}" for a in ctx.closure(arg, line, depth=4)]
     if any(HALF.search(t) and not F32.search(t) for t in texts):
         return False
     return any(F32.search(t) for t in texts)

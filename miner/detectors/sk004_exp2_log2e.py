@@ -38,15 +38,35 @@ def _host_prescale(ctx: Ctx) -> str | None:
     cache = ctx.cache.setdefault(CODE, {})
     if "host" not in cache:
         cache["host"] = None
+        in_doc = False
         for i, raw in enumerate(ctx.source.splitlines(), 1):
-            if ctx.p.line <= i <= ctx.p.end_line or not LOG2E.search(raw):
+            quotes = raw.count('"""') + raw.count("'''")
+            was_doc, in_doc = in_doc, in_doc ^ (quotes % 2 == 1)
+            if was_doc or quotes or ctx.p.line <= i <= ctx.p.end_line or not LOG2E.search(raw):
                 continue
             text = raw.strip()
             if text.startswith(("#", "//", "import ", "from ")) or re.match(r"^[A-Z0-9_]+\s*(:\s*[\w\.]+)?\s*=", text):
                 continue  # defining or importing the constant is not using it
+            if _in_kernel(ctx, i):
+                continue  # another kernel's own folding says nothing about this kernel's inputs
             cache["host"] = f"line {i}: {text}"
             break
     return cache["host"]
+
+
+def _in_kernel(ctx: Ctx, line: int) -> bool:
+    """Whether ``line`` lies in a function decorated with ``@triton.jit`` (Python files only)."""
+    from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
+
+    start = _enclosing_function(ctx, line) if ctx.p.language == "triton" else None
+    if start is None:
+        return False
+    ln = start - 1
+    while ln >= 1 and ctx.text(ln) and (ctx.text(ln).startswith("@") or ctx._lines[ln - 1][:1] in " \t)"):
+        if ctx.text(ln).startswith("@") and "jit" in ctx.text(ln):
+            return True
+        ln -= 1
+    return False
 
 
 def _folding(ctx: Ctx, line: int, arg: str) -> str | None:

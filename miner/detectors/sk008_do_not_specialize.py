@@ -40,31 +40,69 @@ def _jit_line(ctx: Ctx) -> int:
     return decorator_line(ctx, "triton.jit") or ctx.p.line
 
 
-def varying_size_params(ctx: Ctx) -> Check:
+def _specialized(ctx: Ctx):
+    listed = set(ctx.p.tune.do_not_specialize)
+    return [p for p in _varying(ctx) if p.name not in listed]
+
+
+def _address_uses(ctx: Ctx, name: str) -> list:
+    """Assignments that build a pointer (a loaded/stored pointer variable or a pointer parameter
+    plus offsets) from ``name``."""
+    pointer_vars = {re.match(r"\s*\(?\s*(\w+)", m.pointer).group(1) for m in ctx.p.memops if re.match(r"\s*\(?\s*\w+", m.pointer)}
+    pat = re.compile(rf"\b{re.escape(name)}\b")
+    return [a for a in ctx.assigns if pat.search(a.rhs) and set(a.targets) & pointer_vars]
+
+
+def _critical(ctx: Ctx, name: str) -> str | None:
+    """An address term where ``name`` multiplies an index with no constexpr factor in the same
+    product: then its divisibility by 16 is what proves the loads aligned."""
+    from skel.miner.detectors.sk004_exp2_log2e import _terms
+
+    consts = {p.name for p in ctx.p.params if p.constexpr}
+    pat = re.compile(rf"\b{re.escape(name)}\b")
+    for a in _address_uses(ctx, name):
+        for term in _terms(a.rhs, "+-"):
+            if pat.search(term) and "*" in term and not (set(re.findall(r"[A-Za-z_]\w*", term)) & consts):
+                return f"line {a.line}: {', '.join(a.targets)} = {a.rhs}"
+    return None
+
+
+def has_runtime_shape_arg(ctx: Ctx) -> Check:
     rows = _varying(ctx)
     if not rows:
-        return no("no plain integer parameter names a per-call size (T, N, seq_len, ...); constexpr or absent")
+        return no("no plain integer parameter names a per-call size (T, N, seq_len, ...); all are constexpr or absent")
     return yes(", ".join(f"{p.name}{': ' + p.annotation if p.annotation else ''}" for p in rows) + " vary between calls")
 
 
-def not_in_do_not_specialize(ctx: Ctx) -> Check:
-    listed = set(ctx.p.tune.do_not_specialize)
-    rows = [p.name for p in _varying(ctx) if p.name not in listed]
+def shape_arg_specialized(ctx: Ctx) -> Check:
+    rows = _specialized(ctx)
     if not rows:
-        return no("every per-call size is already in do_not_specialize" if listed else "no per-call size parameter")
-    return yes(f"{', '.join(rows)} specialized on every new value (do_not_specialize: {sorted(listed) or 'none'})")
+        return no("every per-call size is already in do_not_specialize" if _varying(ctx) else "no per-call size parameter")
+    listed = sorted(ctx.p.tune.do_not_specialize)
+    return yes(f"{', '.join(p.name for p in rows)} specialised on every value class (do_not_specialize: {listed or 'none'})")
+
+
+def shape_arg_not_divisibility_critical(ctx: Ctx) -> Check:
+    rows = [(p.name, _critical(ctx, p.name)) for p in _specialized(ctx)]
+    good = [n for n, c in rows if not c]
+    if not good:
+        if rows:
+            return no(f"{rows[0][0]} is a stride in an address ({rows[0][1]}); its divisibility by 16 helps vectorise the loads")
+        return no("no specialised per-call size")
+    return yes(f"{', '.join(good)} only bound loops or offset rows scaled by a constexpr")
 
 
 CONDITIONS = {
-    "varying-size-params": varying_size_params,
-    "not-in-do-not-specialize": not_in_do_not_specialize,
+    "has-runtime-shape-arg": has_runtime_shape_arg,
+    "shape-arg-specialized": shape_arg_specialized,
+    "shape-arg-not-divisibility-critical": shape_arg_not_divisibility_critical,
 }
 
 
 def candidates(ctx: Ctx) -> list[Hit]:
-    listed = set(ctx.p.tune.do_not_specialize)
-    rows = [p.name for p in _varying(ctx) if p.name not in listed]
-    return [Hit.at(ln, ln, param=name, listed=sorted(listed)) for name in rows for ln in [_param_line(ctx, name)]]
+    listed = sorted(ctx.p.tune.do_not_specialize)
+    rows = [p.name for p in _specialized(ctx) if not _critical(ctx, p.name)]
+    return [Hit.at(ln, ln, param=name, listed=listed) for name in rows for ln in [_param_line(ctx, name)]]
 
 
 def _param_line(ctx: Ctx, name: str) -> int:

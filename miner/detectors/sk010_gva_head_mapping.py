@@ -68,23 +68,53 @@ def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
     return out
 
 
+def _expanded_params(ctx: Ctx) -> list[tuple[str, int]]:
+    """(kernel parameter, expansion line) receiving a head-expanded tensor."""
+    out = []
+    for ln, ll, var, _ in _expansions(ctx):
+        for site in ctx.p.launches:
+            if site.line == ll:
+                out += [(p, ln) for p, v in site.args if re.search(rf"\b{re.escape(var)}\b", v)]
+    return out
+
+
+def _written(ctx: Ctx, param: str) -> str | None:
+    from skel.miner.detectors.sk003_hoist_invariant_loads import root_param
+
+    for m in ctx.p.memops:
+        if m.kind in ("store", "atomic") and root_param(ctx, m.pointer, m.line) == param:
+            return f"line {m.line}: {m.kind} through {m.pointer}"
+    return None
+
+
 def host_expands_heads(ctx: Ctx) -> Check:
     rows = _expansions(ctx)
     if not rows:
-        return no("the launching code does not repeat or expand a tensor over heads before the launch")
+        return no("no input is expanded along the head axis before the launch")
     return yes("; ".join(f"line {ln}: {t} (passed to the launch at line {ll})" for ln, ll, _, t in rows[:3]))
 
 
-def no_head_mapping(ctx: Ctx) -> Check:
+def kernel_indexes_expanded_head(ctx: Ctx) -> Check:
     rows = _mapping(ctx)
     if rows:
-        return no(f"the kernel already maps heads: line {rows[0][0]}: {rows[0][1]}")
-    return yes("the kernel indexes every tensor with the same head index")
+        return no(f"the kernel already maps the head index down: line {rows[0][0]}: {rows[0][1]}")
+    return yes("the kernel indexes every tensor with one head index, so each group of programs reads identical rows")
+
+
+def expanded_tensor_read_only(ctx: Ctx) -> Check:
+    params = _expanded_params(ctx)
+    if not params:
+        return no("no kernel parameter receives an expanded tensor")
+    written = [(p, w) for p, _ in params if (w := _written(ctx, p))]
+    if written:
+        return no(f"the kernel writes the expanded tensor {written[0][0]} ({written[0][1]})")
+    return yes(f"{', '.join(p for p, _ in params)} only loaded by the kernel")
 
 
 CONDITIONS = {
     "host-expands-heads": host_expands_heads,
-    "no-head-mapping": no_head_mapping,
+    "kernel-indexes-expanded-head": kernel_indexes_expanded_head,
+    "expanded-tensor-read-only": expanded_tensor_read_only,
 }
 
 

@@ -16,8 +16,12 @@ from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
 from skel.miner.detectors.text import find_calls
 
 CODE = "SK011"
-GATE_PARAM = re.compile(r"^(g|gk|gv|gi|ge|g_\w+|\w*gate\w*|beta|beta_\w+|A|A_log|a_log|dt|dt_\w+|alpha|decay\w*|forget\w*|lambda\w*)$", re.I)
+GATE_PARAM = re.compile(r"^(g|gk|gv|gi|ge|g_\w+|\w*gate\w*|beta|beta_\w+|A|A_log|a_log|dt|dt_\w+|alpha|decay\w*|forget\w*|lambda\w*)$")
 KERNEL_ACT = ("softplus", "tl.sigmoid", "sigmoid", "logsigmoid", "log_sigmoid", "tl.math.sigmoid", "fast_sigmoid")
+EXPRESSIBLE = {
+    "softplus", "sigmoid", "logsigmoid", "exp", "log", "log1p", "expm1", "neg", "float", "to", "abs", "tanh",
+    "unsqueeze", "view", "reshape", "contiguous", "add", "mul", "sub", "clamp", "minimum", "maximum",
+}
 ACT_TEXT = re.compile(r"(?<![\w\.])(?:tl\.)?(?:softplus|sigmoid|logsigmoid|log_sigmoid)\s*\(")
 HOST_ACT = re.compile(
     r"^\s*([A-Za-z_]\w*)\s*=\s*.*(?:F\.softplus|torch\.nn\.functional\.softplus|F\.logsigmoid|torch\.sigmoid|F\.sigmoid|"
@@ -80,31 +84,87 @@ def _loaded(ctx: Ctx, param: str) -> bool:
     return any(pat.search(a.rhs) and any(t in m.pointer for m in ctx.p.memops for t in a.targets) for a in ctx.assigns)
 
 
-def host_gate_activation(ctx: Ctx) -> Check:
+def _used_elsewhere(ctx: Ctx, var: str, ln: int, launch_line: int) -> str | None:
+    """A use of ``var`` in the launching function other than the launch (returned, saved...)."""
+    start = _enclosing_function(ctx, launch_line) or ln
+    pat = re.compile(rf"\b{re.escape(var)}\b")
+    lines = ctx.source.splitlines()
+    indent = len(lines[start - 1]) - len(lines[start - 1].lstrip())
+    end = launch_line
+    for i in range(launch_line + 1, len(lines) + 1):
+        raw = lines[i - 1]
+        if raw.strip() and len(raw) - len(raw.lstrip()) <= indent:
+            break
+        end = i
+    site_lines = set()
+    for site in ctx.p.launches:
+        if site.line == launch_line:
+            site_lines = set(range(site.line, site.line + ctx.statement(site.line).count("\n") + 1))
+    launch_end = launch_line + _statement_lines(ctx, launch_line) - 1
+    for i in list(range(ln + 1, launch_line)) + list(range(launch_end + 1, end + 1)):
+        if i in site_lines:
+            continue
+        t = ctx.text(i)
+        if pat.search(t) and not re.match(rf"^{re.escape(var)}\s*=", t):
+            return f"line {i}: {t}"
+    return None
+
+
+def _statement_lines(ctx: Ctx, line: int) -> int:
+    from skel.miner.detectors.base import _count_continuation
+
+    return max(1, _count_continuation(ctx._lines, line, ctx.p.language))
+
+
+def _expressible(text: str) -> str | None:
+    """The first host call in ``text`` with no Triton equivalent, or None."""
+    rhs = text.split("=", 1)[1] if "=" in text else text
+    for call in re.findall(r"([A-Za-z_][\w\.]*)\s*\(", rhs):
+        leaf = call.split(".")[-1]
+        if leaf not in EXPRESSIBLE:
+            return call
+    return None
+
+
+def host_precomputes_elementwise_input(ctx: Ctx) -> Check:
     rows = _host_sites(ctx)
     if not rows:
-        return no("the launching code applies no gate activation (softplus, sigmoid, logsigmoid, exp(A_log)) before the launch")
+        return no("no kernel input is produced by an elementwise activation (softplus, sigmoid, logsigmoid, exp(A_log)) before the launch")
     return yes("; ".join(f"line {ln}: {ctx.text(ln)} -> parameter {p}" for ln, _, _, p in rows[:3]))
 
 
-def kernel_loads_gate(ctx: Ctx) -> Check:
-    rows = [r for r in _host_sites(ctx) if _loaded(ctx, r[3])]
+def precomputed_input_used_once(ctx: Ctx) -> Check:
+    rows = _host_sites(ctx)
     if not rows:
-        return no("the kernel does not load the host-activated tensor elementwise")
-    return yes("; ".join(f"parameter {p} is loaded in the kernel" for _, _, _, p in rows[:3]))
+        return no("no precomputed kernel input")
+    used = [(var, u) for ln, ll, var, _ in rows if (u := _used_elsewhere(ctx, var, ln, ll))]
+    if len(used) == len(rows):
+        return no(f"{used[0][0]} is also used outside the launch ({used[0][1]})")
+    return yes("; ".join(f"{var} is consumed only by the launch at line {ll}" for ln, ll, var, _ in rows if not _used_elsewhere(ctx, var, ln, ll)))
+
+
+def elementwise_op_expressible_in_kernel(ctx: Ctx) -> Check:
+    rows = _host_sites(ctx)
+    bad = [(ln, c) for ln, _, _, _ in rows if (c := _expressible(ctx.text(ln)))]
+    if not rows:
+        return no("no precomputed kernel input")
+    if len(bad) == len(rows):
+        return no(f"line {bad[0][0]}: {bad[0][1]}(...) has no Triton equivalent the kernel could use")
+    return yes("every op in the host expression (exp, log, sigmoid, softplus, adds, multiplies) exists in Triton")
 
 
 CONDITIONS = {
-    "host-gate-activation": host_gate_activation,
-    "kernel-loads-gate": kernel_loads_gate,
+    "host-precomputes-elementwise-input": host_precomputes_elementwise_input,
+    "precomputed-input-used-once": precomputed_input_used_once,
+    "elementwise-op-expressible-in-kernel": elementwise_op_expressible_in_kernel,
 }
 
 
 def candidates(ctx: Ctx) -> list[Hit]:
     return [
         Hit.at(ln, ln, activation=ctx.text(ln), parameter=p, launch_line=ll)
-        for ln, ll, _, p in _host_sites(ctx)
-        if _loaded(ctx, p)
+        for ln, ll, var, p in _host_sites(ctx)
+        if _loaded(ctx, p) and not _used_elsewhere(ctx, var, ln, ll) and not _expressible(ctx.text(ln))
     ]
 
 

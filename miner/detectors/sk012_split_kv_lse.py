@@ -19,6 +19,7 @@ LANGUAGES = ("triton",)
 SPLIT_VAR = re.compile(r"split|partition|\bi_kv\b|\bkv_block\b|\bpart\b", re.I)
 SPLIT_PARAM = re.compile(r"^(NUM_)?(KV_)?SPLITS?(_SIZE)?$|^num_(kv_)?splits$|^split_(size|len)$|^(NUM_)?PARTITIONS?(_SIZE)?$|^partition_size$", re.I)
 QUERY_TILE = re.compile(r"^(i_t|i_m|start_m|pid_m|i_q|q_block|i_bq|m_block|i_tq|block_m)$")
+SMS = 132
 LSE_NAME = re.compile(r"lse|logsumexp", re.I)
 
 
@@ -61,11 +62,14 @@ def kv_loop_online_softmax(ctx: Ctx) -> Check:
     return yes(f"loop at line {rows[0][0]}: {rows[0][1]}")
 
 
-def decode_grid(ctx: Ctx) -> Check:
+def too_few_programs_for_sms(ctx: Ctx) -> Check:
     q = sorted(n for n in _pid_names(ctx) if QUERY_TILE.match(n))
     if q:
-        return no(f"program id {q[0]} already spreads query blocks across programs (prefill), so the grid is wide")
-    return yes("the grid has no query-block axis: one program per (batch, head) walks the KV range")
+        return no(f"program id {q[0]} spreads query blocks across programs (prefill), so the grid grows with the sequence and fills the SMs")
+    return yes(
+        f"the grid has only batch/head axes ({', '.join(sorted(_pid_names(ctx))) or 'none'}): at decode batch sizes "
+        f"batch * heads stays below the {SMS} SMs of an H200 (e.g. 2 x 32 = 64)"
+    )
 
 
 def no_kv_split(ctx: Ctx) -> Check:
@@ -76,9 +80,9 @@ def no_kv_split(ctx: Ctx) -> Check:
 
 
 CONDITIONS = {
-    "kv-loop-online-softmax": kv_loop_online_softmax,
-    "decode-grid": decode_grid,
-    "no-kv-split": no_kv_split,
+    "program-loops-over-kv": kv_loop_online_softmax,
+    "grid-lacks-kv-axis": no_kv_split,
+    "too-few-programs-for-sms": too_few_programs_for_sms,
 }
 
 

@@ -61,6 +61,11 @@ def register(sub) -> None:
     add_library(p)
     p.set_defaults(func=cmd_check)
 
+    # `catalog prompt` (the agent brief) lives in its own module: skel/commands/catalog_prompt.py.
+    from skel.commands import catalog_prompt
+
+    catalog_prompt.add_parser(verbs, _common)
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_json(p)
@@ -226,15 +231,17 @@ def cmd_check(args) -> int:
 
 def _check_conditions_implemented(skeletons: list[Skeleton]) -> list:
     """Every condition id must have a predicate in the miner (when the miner's detectors are installed)."""
-    try:
-        from skel.miner.detectors import implemented_conditions
-    except ImportError:
-        return []
     from skel.catalog.library import LibraryProblem
+    from skel.miner.detectors import DETECTORS
 
     problems = []
     for sk in skeletons:
-        have = implemented_conditions(sk.code)
+        detector = DETECTORS.get(sk.code)
+        if detector is None:
+            problems.append(LibraryProblem(sk.folder / "skeleton.toml", None, "code",
+                                           f"no detector in skel.miner.detectors for {sk.code}"))
+            continue
+        have = set(detector.CONDITIONS)
         for c in sk.conditions:
             if c.id not in have:
                 problems.append(LibraryProblem(sk.folder / "skeleton.toml", None, f"conditions.{c.id}",

@@ -1,0 +1,280 @@
+"""``skel mine``: profile every kernel under some paths, run the detectors, record it all.
+
+Pipeline per file (``prepare`` in the main process, ``analyze`` in workers):
+stat -> size limit -> read -> empty / binary check -> text prefilter (``triton`` and
+``jit`` for Python, ``__global__`` for CUDA) -> content key -> unchanged since the
+last run? reuse the catalog's record : decode -> frontend -> detectors -> catalog.
+
+Static only: kernel files are parsed (``ast`` / tree-sitter), never imported or run.
+Every bad input becomes an ``errors`` row with a reason and the run goes on; each
+file is one catalog transaction, so an interrupted run leaves a consistent catalog.
+Mining is not a check: the exit code is 0 whatever was found (2 for usage errors).
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
+from skel.miner.cache import cache_key
+from skel.miner.profile import KernelProfile
+from skel.miner.walk import Candidate, collect
+
+MAX_BYTES = 5_000_000
+POOL_MIN_FILES = 8  # below this a process pool costs more than it saves
+_MARKERS = {"triton": (b"triton", b"jit"), "cuda": (b"__global__",)}
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    path: str
+    status: str  # parsed | cached | skipped (no kernel in it) | error
+    kernels: int = 0  # profiles with kind "kernel" (jit device helpers not counted)
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None
+    kernel_file: bool = False  # passed the text prefilter (parsed, cached, or failed to parse)
+
+
+@dataclass(frozen=True)
+class MineReport:
+    files: int  # source files looked at (.py and CUDA/C++ files under the paths)
+    kernel_files: int  # files that passed the text prefilter
+    parsed: int  # files parsed this run
+    cached: int  # unchanged files served from the catalog
+    kernels: int
+    instances: tuple[Finding, ...]
+    opportunities: tuple[Finding, ...]
+    errors: tuple[tuple[str, str], ...]  # (path, reason)
+    seconds: float
+    catalog: str
+    detectors: bool  # False when miner.detectors could not be imported (profiles only)
+
+    def to_json(self) -> dict:
+        def row(f: Finding) -> dict:
+            return {"skeleton": f.skeleton, "path": f.path, "line": f.line, "kernel": f.kernel}
+
+        return {
+            "files": self.files,
+            "kernels": self.kernels,
+            "instances": [row(f) for f in self.instances],
+            "opportunities": [row(f) for f in self.opportunities],
+            "errors": [{"path": p, "error": e} for p, e in self.errors],
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"mined {self.files} files in {self.seconds:.2f} s: {self.kernel_files} with kernels "
+            f"({self.parsed} parsed, {self.cached} unchanged), {self.kernels} kernels, "
+            f"{len(self.instances)} instances, {len(self.opportunities)} opportunities, {len(self.errors)} errors",
+            f"catalog: {self.catalog}",
+        ]
+        if not self.detectors:
+            lines.append("note: skeleton detectors unavailable (miner.detectors failed to import); profiles only")
+        return "\n".join(lines)
+
+
+@dataclass
+class _Prepared:
+    cand: Candidate
+    key: str | None = None
+    text: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+    outcome: FileOutcome | None = None  # decided without parsing
+    forget: bool = False  # the catalog knows this path but it no longer holds kernels
+
+
+# ------------------------------------------------------------------ analysis
+def _detectors():
+    try:
+        from skel.miner.detectors import run_detectors
+    except ImportError:
+        return None
+    return run_detectors
+
+
+def _frontend(language: str):
+    if language == "triton":
+        from skel.miner.triton_frontend import profile_source
+    else:
+        from skel.miner.cuda_frontend import profile_source
+    return profile_source
+
+
+def analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
+    """Profiles, findings and an error (or None) for one file's text. Never raises."""
+    try:
+        profiles = _frontend(language)(text, path)
+    except SyntaxError as exc:
+        return [], [], f"syntax error at line {exc.lineno}, column {exc.offset}: {exc.msg}"
+    except RecursionError:
+        return [], [], "too deeply nested for the parser (RecursionError)"
+    except ImportError as exc:
+        return [], [], f"no {language} frontend available ({exc})"
+    except Exception as exc:  # a frontend bug must not stop the run: report it with the file
+        return [], [], f"{language} frontend failed: {type(exc).__name__}: {exc}"
+    run = _detectors()
+    findings: list[Finding] = []
+    problems = []
+    if run is not None:
+        for p in profiles:
+            try:
+                findings += run(p, text)
+            except Exception as exc:
+                problems.append(f"detectors failed on kernel {p.name} (line {p.line}): {type(exc).__name__}: {exc}")
+    return profiles, findings, "; ".join(problems) or None
+
+
+def _analyze_job(args):
+    return analyze(*args)
+
+
+# ------------------------------------------------------------------- prepare
+def prepare(cand: Candidate, max_bytes: int = MAX_BYTES) -> _Prepared:
+    """Read one candidate and decide whether it needs parsing (no parsing here)."""
+    prep = _Prepared(cand)
+    path = cand.path
+    try:
+        st = os.stat(path)
+        prep.size, prep.mtime = st.st_size, st.st_mtime
+        if st.st_size > max_bytes:
+            return _err(prep, f"skipped: {st.st_size / 1e6:.1f} MB is over the {max_bytes / 1e6:g} MB limit (--max-bytes)")
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        reason = "permission denied" if isinstance(exc, PermissionError) else f"cannot read: {exc.strerror or exc}"
+        return _err(prep, reason)
+    if len(data) > max_bytes:
+        return _err(prep, f"skipped: over the {max_bytes / 1e6:g} MB limit (--max-bytes)")
+    if not data.strip():
+        if cand.explicit:
+            return _err(prep, "empty file: nothing to mine" if not data else "blank file: nothing to mine")
+        prep.outcome = FileOutcome(path, "skipped")
+        return prep
+    nul = data.find(b"\x00", 0, 8192)
+    if nul >= 0:
+        return _err(prep, f"binary file (NUL byte at offset {nul}); not mined")
+    if not all(m in data for m in _MARKERS[cand.language]):
+        prep.outcome = FileOutcome(path, "skipped")
+        prep.forget = True
+        return prep
+    try:
+        prep.text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return _err(prep, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})")
+    prep.key = cache_key(data)
+    return prep
+
+
+def _err(prep: _Prepared, reason: str) -> _Prepared:
+    prep.outcome = FileOutcome(prep.cand.path, "error", error=reason)
+    prep.forget = True  # whatever the catalog said about this path no longer holds
+    return prep
+
+
+# ---------------------------------------------------------------------- mine
+def mine(
+    paths: Iterable[str],
+    catalog: Catalog | str | os.PathLike | None = None,
+    jobs: int | None = None,
+    force: bool = False,
+    max_bytes: int = MAX_BYTES,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> MineReport:
+    """Mine ``paths`` into ``catalog`` (a Catalog, a path, or None for the default catalog).
+
+    ``progress(done, total, path)`` is called after each file. ``force`` re-parses files
+    the catalog already holds unchanged.
+    """
+    started = time.perf_counter()
+    cands, walk_errors = collect([str(p) for p in paths])
+    own = not isinstance(catalog, Catalog)
+    cat = open_catalog(catalog) if own else catalog
+    try:
+        outcomes = _mine_candidates(cands, cat, jobs, force, max_bytes, progress)
+    finally:
+        if own:
+            cat.close()
+    errors = [(e.path, e.error) for e in walk_errors] + [(o.path, o.error) for o in outcomes if o.error]
+    findings = [f for o in outcomes for f in o.findings]
+    return MineReport(
+        files=len(cands),
+        kernel_files=sum(o.kernel_file for o in outcomes),
+        parsed=sum(o.status == "parsed" for o in outcomes),
+        cached=sum(o.status == "cached" for o in outcomes),
+        kernels=sum(o.kernels for o in outcomes),
+        instances=tuple(f for f in findings if f.kind == "instance"),
+        opportunities=tuple(f for f in findings if f.kind == "opportunity"),
+        errors=tuple(errors),
+        seconds=time.perf_counter() - started,
+        catalog=str(cat.path),
+        detectors=_detectors() is not None,
+    )
+
+
+def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress) -> list[FileOutcome]:
+    known = {s.path: s for s in cat.sources()}
+    total = len(cands)
+    done = 0
+    outcomes: dict[str, FileOutcome] = {}
+    todo: list[_Prepared] = []
+
+    def finished(o: FileOutcome) -> None:
+        nonlocal done
+        outcomes[o.path] = o
+        done += 1
+        if progress:
+            progress(done, total, o.path)
+
+    for cand in cands:
+        prep = prepare(cand, max_bytes)
+        rec = known.get(cand.path)
+        if prep.outcome is not None:
+            if prep.forget and rec is not None:
+                cat.forget_source(cand.path)
+            finished(prep.outcome)
+        elif rec is not None and rec.content_hash == prep.key and not force:
+            finished(_cached(cat, cand.path, rec))
+        else:
+            todo.append(prep)
+    for prep, (profiles, findings, error) in _run_jobs(todo, jobs):
+        c = prep.cand
+        cat.record_file(SourceRecord(c.path, prep.key, repo=c.repo, mtime=prep.mtime, size=prep.size, error=error),
+                        profiles, findings)
+        finished(FileOutcome(c.path, "parsed" if not (error and not profiles) else "error",
+                             sum(p.kind == "kernel" for p in profiles), tuple(findings), error, kernel_file=True))
+    return [outcomes[c.path] for c in cands]
+
+
+def _cached(cat: Catalog, path: str, rec: SourceRecord) -> FileOutcome:
+    findings = tuple(cat.findings(path=path)) if rec.error is None or "detectors failed" in rec.error else ()
+    kernels = sum(p.kind == "kernel" for p in cat.profiles(path))
+    return FileOutcome(path, "cached", kernels, findings, rec.error, kernel_file=True)
+
+
+def _run_jobs(todo: list[_Prepared], jobs: int | None):
+    """Yield (prepared, analysis) as files finish; a process pool when there is enough work."""
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    if jobs == 1 or len(todo) < POOL_MIN_FILES:
+        for prep in todo:
+            yield prep, analyze(prep.cand.path, prep.text, prep.cand.language)
+        return
+    _detectors()  # import once before forking so workers inherit it
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+    # Big files first: the longest jobs start early and the tail stays short.
+    order = sorted(todo, key=lambda p: -len(p.text))
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+        futures = {pool.submit(_analyze_job, (p.cand.path, p.text, p.cand.language)): p for p in order}
+        for fut in as_completed(futures):
+            prep = futures[fut]
+            try:
+                result = fut.result()
+            except Exception as exc:  # a worker died (out of memory, killed): report the file, go on
+                result = ([], [], f"worker failed: {type(exc).__name__}: {exc}")
+            yield prep, result

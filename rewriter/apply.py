@@ -1,0 +1,320 @@
+"""`skel apply`: profile -> match -> candidates -> gate -> accept per shape bucket -> output + report.
+
+A rewrite is accepted only when the gate's numerics pass at every shape AND (on a GPU) the
+interleaved microbenchmark finds it faster at some shape of a bucket and slower at none.
+Without a GPU the numerics still run (interpreter, "ci" shapes) but nothing is accepted:
+performance is "not measured", and no speedup is ever claimed.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from skel.catalog.library import Library
+from skel.rewriter.base import RewriteOptions
+from skel.rewriter.candidates import Candidate, enumerate_candidates
+from skel.rewriter.targets import TargetBinding
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    target: Path
+    output: Path | None = None
+    in_place: bool = False
+    skeletons: tuple[str, ...] = ()  # restrict to these codes
+    allow_unsafe: bool = False
+    dry_run: bool = False
+    shapes: str | None = None  # shape set of the spec; default "ci" on CPU, "decode" on GPU
+    harness: Path | None = None
+    device: str | None = None
+    max_candidates: int = 16
+    exhaustive: bool = False
+    report_dir: Path | None = None
+    time_limit: float = 300.0
+    catalog: Path | None = None
+    record: bool = True
+
+
+@dataclass(frozen=True)
+class Applicability:
+    kernel: str
+    applicable: tuple[tuple[str, tuple[str, ...]], ...]  # (code, conditions that hold, with details)
+    not_applicable: tuple[tuple[str, str], ...]  # (code, first failing condition in words)
+
+
+@dataclass(frozen=True)
+class CandidateOutcome:
+    skeletons: tuple[str, ...]
+    label: str
+    accepted: bool  # passed numerics and won somewhere (GPU) -- on CPU always False
+    numerics_passed: bool | None
+    reason: str
+    unsafe: bool
+    diff: str
+    params: dict = field(default_factory=dict)
+    gate: dict | None = None  # GateResult.to_dict()
+    path: str = ""
+
+    def to_json(self) -> dict:
+        return {"skeletons": list(self.skeletons), "label": self.label, "accepted": self.accepted,
+                "numerics_passed": self.numerics_passed, "reason": self.reason, "unsafe": self.unsafe,
+                "params": self.params, "gate": self.gate, "diff": self.diff, "path": self.path}
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    target: str
+    binding: dict
+    device: str
+    perf_measured: bool
+    applicability: tuple[Applicability, ...]
+    candidates: tuple[CandidateOutcome, ...]
+    skipped: tuple[tuple[tuple[str, ...], str], ...]
+    winners: tuple[tuple[str, str], ...]  # (bucket, candidate label)
+    output: str | None
+    report: str | None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "binding": self.binding,
+            "device": self.device,
+            "perf_measured": self.perf_measured,
+            "applicability": [
+                {"kernel": a.kernel,
+                 "applicable": [{"skeleton": c, "conditions": list(h)} for c, h in a.applicable],
+                 "not_applicable": [{"skeleton": c, "reason": r} for c, r in a.not_applicable]}
+                for a in self.applicability
+            ],
+            "candidates": [c.to_json() for c in self.candidates],
+            "skipped": [{"skeletons": list(s), "reason": r} for s, r in self.skipped],
+            "winners": [{"bucket": b, "candidate": c} for b, c in self.winners],
+            "output": self.output,
+            "report": self.report,
+            "notes": list(self.notes),
+        }
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr_progress(message: str) -> None:
+    print(f"skel apply: {message}", file=sys.stderr, flush=True)
+
+
+def match_target(source: str, path: Path, library: Library) -> tuple[Applicability, ...]:
+    """Evaluate every skeleton's conditions on every kernel of the file."""
+    from skel.miner.detectors import evaluate
+    from skel.miner.triton_frontend import profile_source
+
+    out = []
+    for profile in profile_source(source, str(path)):
+        if not profile.launches and not profile.program_axes:
+            continue  # a jit helper, not a kernel
+        applicable, not_applicable = [], []
+        for sk in library:
+            results = evaluate(sk, profile, source)
+            failing = next((r for r in results if not r.holds), None)
+            if failing is None:
+                applicable.append((sk.code, tuple(f"{r.id}: {r.detail}" for r in results)))
+            else:
+                words = next((c.fails for c in sk.conditions if c.id == failing.id), failing.id)
+                not_applicable.append((sk.code, f"{failing.id}: {words} ({failing.detail})"))
+        out.append(Applicability(profile.name, tuple(applicable), tuple(not_applicable)))
+    return tuple(out)
+
+
+def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
+    from skel.rewriter.report import write_report
+    from skel.rewriter.select import choose_winners
+    from skel.rewriter.targets import bind_target
+
+    path = options.target.resolve()
+    source = path.read_text(encoding="utf-8")
+    binding = bind_target(path, source, options.harness)
+    progress(f"{path.name}: {binding.how}")
+    applicability = match_target(source, path, library)
+    codes = sorted({c for a in applicability for c, _ in a.applicable})
+    if options.skeletons:
+        wanted = {c.upper() for c in options.skeletons}
+        codes = [c for c in codes if c in wanted]
+    progress(f"applicable skeletons: {', '.join(codes) or 'none'}")
+    device = options.device or _default_device()
+    shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
+    rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=6)
+    cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
+                                max_candidates=options.max_candidates, exhaustive=options.exhaustive)
+    progress(f"{len(cset.candidates)} candidate(s); {len(cset.skipped)} skeleton(s) produced none")
+    skipped = tuple((s.skeletons, s.reason) for s in cset.skipped)
+    work = Path(tempfile.mkdtemp(prefix=f"skel-apply-{path.stem}-"))
+    outcomes: list[CandidateOutcome] = []
+    for i, cand in enumerate(cset.candidates, 1):
+        diff = unified_diff(source, cand.source, path.name)
+        cand_path = work / f"candidate_{i:02d}.py"
+        cand_path.write_text(cand.source, encoding="utf-8")
+        if options.dry_run:
+            outcomes.append(CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
+                                             cand.unsafe, diff, cand.params, None, str(cand_path)))
+            continue
+        progress(f"[{i}/{len(cset.candidates)}] gate: {cand.label}")
+        started = time.monotonic()
+        outcomes.append(_judge(cand, cand_path, binding, path, shape_set, device, diff, options))
+        progress(f"[{i}/{len(cset.candidates)}] {outcomes[-1].reason} ({time.monotonic() - started:.0f} s)")
+    perf_measured = device == "cuda" and not options.dry_run
+    winners, outcomes = choose_winners(outcomes, perf_measured)
+    output = None
+    notes: list[str] = []
+    if winners and not options.dry_run:
+        output = _write_output(path, source, binding, winners, outcomes, options)
+        progress(f"wrote {output}")
+    elif not perf_measured and not options.dry_run:
+        notes.append("performance not measured (no GPU): numerics were checked in the interpreter; "
+                     "nothing is accepted without a microbenchmark")
+    result = ApplyResult(
+        target=str(options.target), binding=binding.to_json(), device=device, perf_measured=perf_measured,
+        applicability=applicability, candidates=tuple(outcomes), skipped=skipped,
+        winners=tuple((b, o.label) for b, o in winners), output=str(output) if output else None,
+        report=None, notes=tuple(notes),
+    )
+    report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
+    report = write_report(result, report_dir)
+    result = ApplyResult(**{**result.__dict__, "report": str(report)})
+    write_report(result, report_dir)  # the JSON now names its own report path
+    if options.record and not options.dry_run:
+        _record(result, binding, source, options.catalog)
+    shutil.rmtree(work, ignore_errors=True) if not options.dry_run else None
+    return result
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int], ...]:
+    """The largest shape of the set, for resource pruning of launch variants."""
+    from skel.validate.load import load_spec
+
+    try:
+        shapes = load_spec(binding.spec).shapes(shape_set)
+    except Exception:
+        return ()
+    biggest = max(shapes, key=lambda s: sum(v for _, v in s.dims))
+    return biggest.dims
+
+
+def unified_diff(before: str, after: str, name: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                        f"a/{name}", f"b/{name}"))
+
+
+def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Path, shape_set: str,
+           device: str, diff: str, options: ApplyOptions) -> CandidateOutcome:
+    from skel.validate.gate import GateInputError, validate
+
+    try:
+        result = validate(target, cand_path, spec=binding.spec, entry=binding.entry, shapes=shape_set,
+                          device=device, time_limit=options.time_limit, require="correct")
+    except GateInputError as exc:
+        return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {exc}",
+                                cand.unsafe, diff, cand.params, None, str(cand_path))
+    numerics = all(s.numerics is not None and s.numerics.passed for s in result.shapes)
+    if result.error:
+        reason = f"gate error: {result.error}"
+    elif not numerics:
+        reason = "rejected: " + "; ".join(result.reasons[:3])
+    elif device != "cuda":
+        reason = "numerics passed; performance not measured (no GPU)"
+    else:
+        faster, slower = result.faster_at, result.slower_at
+        reason = f"numerics passed; faster at {len(faster)}, slower at {len(slower)} of {len(result.shapes)} shapes"
+    return CandidateOutcome(cand.skeletons, cand.label, False, numerics, reason, cand.unsafe, diff, cand.params,
+                            result.to_dict(), str(cand_path))
+
+
+def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options) -> Path:
+    from skel.rewriter.dispatch import build_dispatch
+
+    labels = {o.label: o for o in outcomes}
+    chosen = [(bucket, labels[o.label]) for bucket, o in winners]
+    if len({o.label for _, o in chosen}) == 1:
+        text = Path(chosen[0][1].path).read_text(encoding="utf-8")
+    else:
+        text = build_dispatch(source, [(b, Path(o.path).read_text(encoding="utf-8")) for b, o in chosen],
+                              binding)
+    if options.in_place:
+        backup = _backup_path(path)
+        shutil.copy2(path, backup)
+        path.write_text(text, encoding="utf-8")
+        return path
+    out = options.output or path.with_name(f"{path.stem}.skel{path.suffix}")
+    if out.resolve() == path:
+        raise ValueError(f"refusing to overwrite the input {path} without --in-place")
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def _backup_path(path: Path) -> Path:
+    backup = path.with_name(path.name + ".orig")
+    n = 1
+    while backup.exists():
+        backup = path.with_name(f"{path.name}.orig{n}")
+        n += 1
+    return backup
+
+
+def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: Path | None) -> None:
+    """Every candidate's per-shape verdict becomes evidence for its skeletons."""
+    from skel.catalog.store import ValidationRun, open_catalog
+
+    source_hash = hashlib.sha256(source.encode()).hexdigest()
+    runs = []
+    for cand in result.candidates:
+        for shape in (cand.gate or {}).get("shapes", []):
+            perf = shape.get("perf")
+            numerics = shape.get("numerics")
+            if perf:
+                verdict, metric = perf["verdict"], "speedup"
+                median, low, high, unit = perf["speedup"], perf["speedup_low"], perf["speedup_high"], "x"
+            else:
+                verdict = "numerics-pass" if numerics and numerics.get("passed") else "numerics-fail"
+                metric, median, low, high, unit = "numerics", None, None, None, ""
+            runs.append(ValidationRun(
+                skeletons=tuple(cand.skeletons), kernel=f"{binding.family}:{Path(result.target).name}",
+                shape=shape["shape"], dtype=cand.gate.get("dtype", ""), metric=metric, verdict=verdict,
+                median=median, ci_low=low, ci_high=high, unit=unit, gpu=_gpu_name(result.device),
+                torch_version=_version("torch"), triton_version=_version("triton"), source_hash=source_hash,
+                reason=cand.reason, extra=(("label", cand.label),),
+            ))
+    if not runs:
+        return
+    with open_catalog(catalog) as cat:
+        with cat.transaction():
+            for run in runs:
+                cat.record_validation(run)
+
+
+def _gpu_name(device: str) -> str:
+    if device != "cuda":
+        return ""
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return ""

@@ -1,0 +1,189 @@
+"""Candidates for `skel apply`: single skeletons and their compositions.
+
+The search walks the skeleton graph: a composition applies skeletons in an order
+that respects ``enables`` (A enables B: A first) and never combines skeletons that
+``conflict``. Each rewrite is applied to the output of the previous one, so a
+composition only exists when every step still applies. Unsafe rewrites are
+dropped (and reported) unless the caller allows them. Launch-config search
+(several variants) is applied last, on top of the best structural candidates,
+so the number of candidates stays bounded.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from skel.catalog.library import Library
+from skel.rewriter.base import Rewrite, RewriteOptions, registry
+
+SEARCH_LAST = ("SK005",)  # launch-config search multiplies candidates: apply it on top, last
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A rewritten source and the chain of rewrites that produced it."""
+
+    skeletons: tuple[str, ...]
+    source: str
+    steps: tuple[Rewrite, ...]
+    unsafe: bool
+
+    @property
+    def label(self) -> str:
+        variants = [s.variant for s in self.steps if s.variant]
+        return "+".join(self.skeletons) + (f" [{'; '.join(variants)}]" if variants else "")
+
+    @property
+    def params(self) -> dict:
+        out: dict = {}
+        for step in self.steps:
+            out.update(dict(step.params))
+        return out
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A skeleton that matched but produced no candidate, and why."""
+
+    skeletons: tuple[str, ...]
+    reason: str
+
+
+@dataclass
+class CandidateSet:
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+
+
+def order_by_graph(codes: list[str], library: Library) -> list[str]:
+    """Topological order over ``enables`` edges (stable by code otherwise)."""
+    remaining = sorted(set(codes))
+    enables = {c: set(library.get(c).enables) if library.get(c) else set() for c in remaining}
+    ordered: list[str] = []
+    while remaining:
+        ready = [c for c in remaining if not any(c in enables[o] for o in remaining if o != c)]
+        pick = (ready or remaining)[0]
+        ordered.append(pick)
+        remaining.remove(pick)
+    tail = [c for c in ordered if c in SEARCH_LAST]
+    return [c for c in ordered if c not in SEARCH_LAST] + tail
+
+
+def _conflict(codes: tuple[str, ...], library: Library) -> bool:
+    for a, b in itertools.combinations(codes, 2):
+        sa, sb = library.get(a), library.get(b)
+        if (sa and b in sa.conflicts) or (sb and a in sb.conflicts):
+            return True
+    return False
+
+
+def enumerate_candidates(
+    source: str,
+    codes: list[str],
+    library: Library,
+    options: RewriteOptions,
+    allow_unsafe: bool,
+    max_combo: int = 4,
+    max_candidates: int = 24,
+    exhaustive: bool = False,
+) -> CandidateSet:
+    """Every single-skeleton rewrite, then compositions of the structural ones, then launch search on top."""
+    rewrites = registry()
+    out = CandidateSet()
+    usable: list[str] = []
+    for code in order_by_graph(codes, library):
+        sk = library.get(code)
+        if code not in rewrites:
+            out.skipped.append(Skip((code,), "no automatic rewrite for this skeleton (see its docs for the method)"))
+            continue
+        if sk is not None and sk.safety == "unsafe" and not allow_unsafe:
+            out.skipped.append(Skip((code,), "unsafe rewrite (changes rounding or reduction order): pass --unsafe"))
+            continue
+        usable.append(code)
+
+    structural = [c for c in usable if c not in SEARCH_LAST]
+    search = [c for c in usable if c in SEARCH_LAST]
+    seen_sources = {source}
+
+    def add(candidate: Candidate) -> None:
+        if candidate.source in seen_sources or len(out.candidates) >= max_candidates:
+            return
+        seen_sources.add(candidate.source)
+        out.candidates.append(candidate)
+
+    # Structural rewrites: each alone, then the greedy composition (every one that still
+    # applies, in graph order) and, with exhaustive=True, every subset up to max_combo.
+    chains: list[Candidate] = []
+    combos: list[tuple[str, ...]] = [(c,) for c in structural]
+    if exhaustive:
+        combos += [combo for size in range(2, min(max_combo, len(structural)) + 1)
+                   for combo in itertools.combinations(structural, size)]
+    for combo in combos:
+        if _conflict(combo, library):
+            continue
+        chain = _apply_chain(source, combo, rewrites, options, library)
+        if isinstance(chain, Skip):
+            if len(combo) == 1:
+                out.skipped.append(chain)
+            continue
+        chains.extend(chain)
+    if not exhaustive and len(structural) > 1:
+        chains.extend(_greedy_chain(source, structural, rewrites, options, library))
+    # Fullest compositions first: they are the likeliest winners and get the budget.
+    chains.sort(key=lambda c: (-len(c.skeletons), c.skeletons))
+    for c in chains:
+        add(c)
+
+    # Launch-config search on the original and on the fullest structural chain of each shape.
+    for code in search:
+        bases = [Candidate((), source, (), False)]
+        bases += [c for c in chains if len(c.skeletons) == max((len(x.skeletons) for x in chains), default=0)][:2]
+        produced = False
+        for base in bases:
+            for variant in rewrites[code](base.source, options):
+                if variant.applied:
+                    produced = True
+                    add(Candidate(base.skeletons + (code,), variant.source, base.steps + (variant,),
+                                  base.unsafe or _unsafe(code, library)))
+        if not produced:
+            variants = rewrites[code](source, options)
+            out.skipped.append(Skip((code,), variants[0].reason if variants else "no variant"))
+    return out
+
+
+def _unsafe(code: str, library: Library) -> bool:
+    sk = library.get(code)
+    return bool(sk and sk.safety == "unsafe")
+
+
+def _apply_chain(source, combo, rewrites, options, library) -> list[Candidate] | Skip:
+    """Apply ``combo`` in order; a step with several variants forks the chain."""
+    chains = [Candidate((), source, (), False)]
+    for code in combo:
+        nxt: list[Candidate] = []
+        reason = ""
+        for chain in chains:
+            for variant in rewrites[code](chain.source, options):
+                if variant.applied:
+                    nxt.append(Candidate(chain.skeletons + (code,), variant.source, chain.steps + (variant,),
+                                         chain.unsafe or _unsafe(code, library)))
+                else:
+                    reason = variant.reason
+        if not nxt:
+            return Skip(combo, f"{code}: {reason or 'did not apply'}")
+        chains = nxt
+    return chains
+
+
+def _greedy_chain(source, codes, rewrites, options, library) -> list[Candidate]:
+    """Apply every code that still applies, in order, taking the first variant of each."""
+    chain = Candidate((), source, (), False)
+    for code in codes:
+        if _conflict(chain.skeletons + (code,), library):
+            continue
+        applied = [v for v in rewrites[code](chain.source, options) if v.applied]
+        if applied:
+            v = applied[0]
+            chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,),
+                              chain.unsafe or _unsafe(code, library))
+    return [chain] if len(chain.skeletons) > 1 else []

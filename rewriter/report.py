@@ -1,0 +1,107 @@
+"""The `skel apply` report: report.md, report.json and (when timed) a time-versus-shape plot."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_report(result, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = result.to_json()
+    plot = _plot(data, folder / "time_vs_shape.png") if data["perf_measured"] else None
+    (folder / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    md = folder / "report.md"
+    md.write_text(render_markdown(data, plot.name if plot else None), encoding="utf-8")
+    return md
+
+
+def render_markdown(data: dict, plot: str | None) -> str:
+    b = data["binding"]
+    out = [f"# skel apply: {Path(data['target']).name}", "",
+           f"- target: `{data['target']}` ({b['how']})",
+           f"- device: {data['device']}; performance {'measured' if data['perf_measured'] else 'not measured'}",
+           f"- output: {('`' + data['output'] + '`') if data['output'] else 'none (nothing accepted)'}"]
+    out += [f"- note: {n}" for n in data["notes"]]
+    if data["winners"]:
+        out += ["", "## Accepted", "", "| shape bucket | variant |", "| --- | --- |"]
+        out += [f"| {w['bucket']} | {w['candidate']} |" for w in data["winners"]]
+    if plot:
+        out += ["", f"![time versus shape]({plot})"]
+    out += ["", "## Candidates", "", "| # | skeletons | variant | numerics | verdict |", "| --- | --- | --- | --- | --- |"]
+    for i, c in enumerate(data["candidates"], 1):
+        num = {True: "pass", False: "FAIL", None: "-"}[c["numerics_passed"]]
+        out.append(f"| {i} | {'+'.join(c['skeletons'])} | {c['label']} | {num} | {c['reason']} |")
+    timed = [c for c in data["candidates"] if c["gate"] and any(s.get("perf") for s in c["gate"]["shapes"])]
+    if timed:
+        out += ["", "## Per-shape timing (median us, 95 % interval; speedup over the original)", ""]
+        for c in timed:
+            out += [f"### {c['label']}", "", "| shape | original us | candidate us | speedup | verdict | % roofline (orig → cand) |",
+                    "| --- | --- | --- | --- | --- | --- |"]
+            for s in c["gate"]["shapes"]:
+                p = s.get("perf")
+                if not p:
+                    out.append(f"| {s['shape']} | - | - | - | {s.get('perf_note') or 'not timed'} | - |")
+                    continue
+                out.append(
+                    f"| {s['shape']} | {p['baseline']['median_us']:.1f} | {p['candidate']['median_us']:.1f} "
+                    f"[{p['candidate']['low_us']:.1f}, {p['candidate']['high_us']:.1f}] | {p['speedup']:.3f}x "
+                    f"[{p['speedup_low']:.3f}, {p['speedup_high']:.3f}] | {p['verdict']} | "
+                    f"{p['baseline_roofline_pct']:.0f} % → {p['candidate_roofline_pct']:.0f} % |")
+            out.append("")
+    if data["skipped"]:
+        out += ["", "## Skeletons that produced no candidate", ""]
+        out += [f"- {'+'.join(s['skeletons'])}: {s['reason']}" for s in data["skipped"]]
+    out += ["", "## Applicability", ""]
+    for k in data["applicability"]:
+        out.append(f"### kernel `{k['kernel']}`")
+        out += [f"- applies: **{a['skeleton']}** — " + "; ".join(a["conditions"]) for a in k["applicable"]]
+        out += [f"- does not apply: {n['skeleton']} — {n['reason']}" for n in k["not_applicable"]]
+        out.append("")
+    diffs = [c for c in data["candidates"] if c["accepted"]] or data["candidates"][:3]
+    if diffs:
+        out += ["## Diffs", ""]
+        for c in diffs:
+            out += [f"### {c['label']}", "", "```diff", c["diff"].rstrip(), "```", ""]
+    return "\n".join(out) + "\n"
+
+
+def _plot(data: dict, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    series: dict[str, dict[str, float]] = {}
+    roof: dict[str, float] = {}
+    for c in data["candidates"]:
+        if not c["gate"]:
+            continue
+        for s in c["gate"]["shapes"]:
+            p = s.get("perf")
+            if not p:
+                continue
+            series.setdefault("original", {})[s["shape"]] = p["baseline"]["median_us"]
+            if c["accepted"]:
+                series.setdefault(c["label"], {})[s["shape"]] = p["candidate"]["median_us"]
+            if p.get("copy_gbps"):
+                roof[s["shape"]] = p["bytes"] / (p["copy_gbps"] * 1e3)  # bytes / (GB/s) -> us
+    if not series.get("original"):
+        return None
+    shapes = list(series["original"])
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(shapes)), 5))
+    x = range(len(shapes))
+    for name, values in series.items():
+        ax.plot(x, [values.get(s, float("nan")) for s in shapes], marker="o", label=name)
+    if roof:
+        ax.plot(x, [roof.get(s, float("nan")) for s in shapes], "k--", label="copy roofline")
+    ax.set_xticks(list(x), shapes, rotation=60, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("time per call (us, median)")
+    ax.set_title(Path(data["target"]).name)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,104 @@
+"""Which family a target file belongs to, and how the gate should call it.
+
+Zero-config targets:
+- the suite's own kernels (``kernels/<family>/kernel.py``) and copies of them anywhere:
+  recognised by the family's launcher name and kernel parameters;
+- FLA's upstream decode files (fla-core 0.6.0 ``fla/ops/kda/fused_recurrent.py`` and
+  ``fla/ops/gated_delta_rule/fused_recurrent.py``) copied anywhere: recognised by their entry
+  function and kernel parameters, validated through the harness spec beside the family.
+Any other kernel: ``--harness SPEC.py`` (a file exporting ``SPEC = TargetSpec(...)``, see
+``validate/spec.py``) names the spec, inputs, reference and tolerances to judge it against.
+
+Recognition is static (``ast``): the target is not imported to find out what it is.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from skel.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    family: str
+    harness: str  # spec file name inside kernels/<family>/
+    entry: str  # top-level function the gate calls
+    kernel_params: frozenset[str]  # parameters one @triton.jit kernel of the file must have
+    dims: tuple[tuple[str, str], ...]  # shape dim -> expression over the entry's arguments
+
+
+_DECODE_DIMS = (("N", "q.shape[0]"), ("T", "q.shape[1]"))
+
+FINGERPRINTS = (
+    Fingerprint("kda_decode", "fla_upstream.py", "fused_recurrent_kda_fwd",
+                frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0"}), _DECODE_DIMS),
+    Fingerprint("gdn_decode", "fla_upstream.py", "fused_recurrent_gated_delta_rule_fwd",
+                frozenset({"q", "k", "v", "g", "beta", "A_log", "h0", "ht"}), _DECODE_DIMS),
+    Fingerprint("kda_decode", "spec.py", "kda_decode",
+                frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias"}), _DECODE_DIMS),
+    Fingerprint("gdn_decode", "spec.py", "gdn_decode", frozenset({"q", "k", "v", "A_log"}), _DECODE_DIMS),
+    Fingerprint("state_merge", "spec.py", "state_merge", frozenset(), ()),
+    Fingerprint("dsa_indexer", "spec.py", "dsa_indexer", frozenset(), ()),
+)
+
+
+@dataclass(frozen=True)
+class TargetBinding:
+    """A target file bound to the spec that judges it."""
+
+    path: Path
+    family: str
+    spec: Path  # spec file (harness) the gate uses
+    entry: str  # function the gate calls in the target and in each candidate
+    how: str  # "recognised as ..." or "harness ..."
+    dims: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "family": self.family, "spec": str(self.spec), "entry": self.entry,
+                "how": self.how}
+
+
+def kernels_root() -> Path:
+    import skel.kernels
+
+    return Path(skel.kernels.__file__).resolve().parent
+
+
+def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetBinding:
+    """Recognise ``path`` (its text is ``source``) or bind it to the user's harness."""
+    if harness is not None:
+        return _bind_harness(path, harness)
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: target does not parse: {exc.msg}") from None
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    jit_params = [
+        {a.arg for a in fn.args.args}
+        for fn in functions.values()
+        if any("jit" in ast.unparse(d) for d in fn.decorator_list)
+    ]
+    for fp in FINGERPRINTS:
+        if fp.entry in functions and any(fp.kernel_params <= params for params in jit_params):
+            spec = kernels_root() / fp.family / fp.harness
+            return TargetBinding(path, fp.family, spec, fp.entry,
+                                 f"recognised as {fp.family} (entry {fp.entry}, spec {fp.harness})", fp.dims)
+    names = ", ".join(sorted({f.entry for f in FINGERPRINTS}))
+    raise UsageError(
+        f"{path}: not a recognised kernel family (looked for entry functions {names}); "
+        "pass --harness SPEC.py, a file exporting SPEC = TargetSpec(...) (see README, 'Your own kernel')"
+    )
+
+
+def _bind_harness(path: Path, harness: Path) -> TargetBinding:
+    from skel.validate.load import TargetError, load_spec, resolve_target
+
+    try:
+        ref = resolve_target(path, harness)
+        spec = load_spec(ref.spec)
+    except TargetError as exc:
+        raise UsageError(str(exc)) from None
+    dims = tuple(getattr(spec, "dims", ()) or ())
+    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}", dims)

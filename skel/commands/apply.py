@@ -1,0 +1,94 @@
+"""`skel apply TARGET.py`: rewrite a kernel with the skeletons that apply, keep only validated wins."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from skel.commands.common import add_catalog, add_json, add_library, emit_json
+from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+
+DESCRIPTION = """\
+Profile the target, find the skeletons whose conditions hold, generate candidates (each
+skeleton alone, their composition along the skeleton graph, launch-config variants), and
+judge every candidate with the gate: numerics against the original kernel and a float64
+reference, then (GPU only) an interleaved CUDA-graph microbenchmark. The best candidate per
+shape bucket is accepted; if different candidates win in different buckets the output holds
+all of them behind a dispatch on shape. The input is never overwritten unless --in-place
+(which keeps a .orig backup). Without a GPU, numerics run in Triton's interpreter and
+performance is reported as not measured: nothing is accepted.
+
+Exit codes: 0 a rewrite was accepted and written; 1 nothing accepted (or dry run with
+candidates); 2 usage or input error."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("apply", help="rewrite a kernel with validated skeletons", description=DESCRIPTION,
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("target", type=Path, help="kernel file (a kernels/ target, FLA's decode files, or any file with --harness)")
+    p.add_argument("-o", "--output", type=Path, help="where to write the accepted kernel (default TARGET.skel.py)")
+    p.add_argument("--in-place", action="store_true", help="overwrite TARGET (a backup TARGET.orig is kept)")
+    p.add_argument("--skeleton", action="append", default=[], metavar="CODE", help="only these skeletons (repeatable)")
+    p.add_argument("--unsafe", action="store_true", help="allow rewrites that change rounding or reduction order")
+    p.add_argument("--dry-run", action="store_true", help="show the candidate diffs without running anything")
+    p.add_argument("--shapes", help="shape set of the target's spec (default: ci on CPU, decode on GPU)")
+    p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)) for a kernel skel does not recognise")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--max-candidates", type=int, default=16)
+    p.add_argument("--exhaustive", action="store_true", help="try every subset of the structural skeletons")
+    p.add_argument("--report-dir", type=Path, help="default ./skel-report-<target stem>/")
+    p.add_argument("--time-limit", type=float, default=300.0, help="seconds one candidate step may run")
+    p.add_argument("--no-record", action="store_true", help="do not store verdicts in the catalog")
+    add_json(p)
+    add_library(p)
+    add_catalog(p)
+    p.set_defaults(func=cmd_apply)
+
+
+def cmd_apply(args) -> int:
+    from skel.catalog.library import LibraryError, load_library
+    from skel.rewriter.apply import ApplyOptions, apply, unified_diff
+
+    if not args.target.is_file():
+        raise UsageError(f"target {args.target} is not a file")
+    if args.in_place and args.output:
+        raise UsageError("--in-place and --output exclude each other")
+    try:
+        library = load_library(args.library) if args.library else load_library()
+    except LibraryError as exc:
+        raise UsageError(f"skeleton library has problems:\n{exc}") from None
+    known = {s.code for s in library}
+    unknown = [c for c in args.skeleton if c.upper() not in known]
+    if unknown:
+        raise UsageError(f"unknown skeleton code(s): {', '.join(unknown)}")
+    options = ApplyOptions(
+        target=args.target, output=args.output, in_place=args.in_place, skeletons=tuple(args.skeleton),
+        allow_unsafe=args.unsafe, dry_run=args.dry_run, shapes=args.shapes, harness=args.harness,
+        device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
+        report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
+    )
+    result = apply(options, library)
+    if args.json:
+        data = result.to_json()
+        data["candidates"] = [
+            {"skeletons": c["skeletons"], "accepted": c["accepted"], "reason": c["reason"], "label": c["label"],
+             "numerics_passed": c["numerics_passed"], "params": c["params"]}
+            for c in data["candidates"]
+        ]
+        emit_json(data)
+    else:
+        _print_summary(result, args.dry_run)
+    return EXIT_OK if result.output else EXIT_FINDINGS
+
+
+def _print_summary(result, dry_run: bool) -> None:
+    for c in result.candidates:
+        mark = "ACCEPTED" if c.accepted else ("dry-run " if dry_run else "        ")
+        print(f"{mark} {c.label}: {c.reason}")
+        if dry_run:
+            print(c.diff)
+    for skeletons, reason in result.skipped:
+        print(f"skipped  {'+'.join(skeletons)}: {reason}")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"output: {result.output or 'none'}")
+    print(f"report: {result.report}")

@@ -1,0 +1,108 @@
+"""`skel validate TARGET CANDIDATE`: judge a candidate kernel file against a target.
+
+Exit 0 accepted, 1 rejected, 2 bad input (unknown target or shape set, missing file, or a
+target the gate cannot judge because the original kernel fails its own spec).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from skel.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UsageError
+
+EPILOG = """\
+TARGET is a family under kernels/ (kda_decode, gdn_decode, state_merge, dsa_indexer) or the
+path of a kernel file; a file outside kernels/ needs a spec (--spec FAMILY or a spec.py
+exporting SPEC = TargetSpec(...), or a spec.py beside it). CANDIDATE is a .py file defining
+the target's launcher with the same arguments.
+
+Numerics run on every shape and seed against the float64 reference and the original
+kernel; on a GPU the candidate is then timed against the original, interleaved, per shape.
+Without a GPU numerics run in the Triton interpreter on the 'ci' shapes and performance is
+reported as not measured."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="judge a candidate kernel: numerics against two oracles, then timing on a GPU",
+        description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("target", metavar="TARGET", help="family name or kernel file")
+    p.add_argument("candidate", metavar="CANDIDATE", help="candidate .py file")
+    p.add_argument("--shapes", metavar="NAME|LABELS",
+                   help="shape set of the spec (ci, decode, ...) or comma-separated labels such as N64-T1-H32-HV32-K128-V128;"
+                        " default ci on CPU, decode on a GPU")
+    p.add_argument("--seeds", metavar="S,S", help="input seeds per shape (default: 0 and a fresh random seed)")
+    p.add_argument("--dtype", help="input dtype (default: the spec's first)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--spec", metavar="FAMILY|SPEC.py", help="spec for a kernel file outside kernels/")
+    p.add_argument("--entry", help="launcher name when it differs from the spec's")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="seconds one call of candidate code may run before it counts as hung (default 60)")
+    p.add_argument("--require", choices=("correct", "not-slower", "faster"), default="correct",
+                   help="what acceptance needs besides numerics (default: correct)")
+    p.add_argument("--no-bench", action="store_true", help="skip timing on a GPU")
+    p.add_argument("--all-shapes", action="store_true", help="keep judging after the first failing shape")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.set_defaults(func=handler)
+
+
+def handler(args) -> int:
+    from skel.validate.gate import GateInputError, validate
+
+    shapes = args.shapes
+    if shapes and ("-" in shapes or "," in shapes):
+        shapes = [s.strip() for s in shapes.split(",") if s.strip()]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    except ValueError:
+        raise UsageError(f"--seeds {args.seeds!r}: expected comma-separated integers") from None
+    try:
+        result = validate(
+            args.target, args.candidate, shapes=shapes, seeds=seeds, device=args.device, dtype=args.dtype,
+            time_limit=args.time_limit, bench=False if args.no_bench else None, require=args.require,
+            spec=args.spec, entry=args.entry, fail_fast=not args.all_shapes,
+        )
+    except GateInputError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(render(result))
+    if result.error:
+        return EXIT_USAGE
+    return EXIT_OK if result.accepted else EXIT_FINDINGS
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def render(result) -> str:
+    verdict = "ACCEPTED" if result.accepted else ("CANNOT JUDGE" if result.error else "REJECTED")
+    lines = [
+        f"{result.family}: {verdict}  candidate {result.candidate}",
+        f"  against {result.target}  ({result.device}, {result.dtype}, shapes {result.shape_set},"
+        f" seeds {', '.join(map(str, result.seeds))})",
+    ]
+    for v in result.shapes:
+        if v.numerics is None:
+            lines.append(f"  {v.shape:<32} {v.perf_note}")
+            continue
+        errs = "  ".join(
+            f"{o.output} {_fmt(o.rel_rms)} (orig {_fmt(o.original_rel_rms)})"
+            for o in v.numerics.outputs if o.rel_rms is not None
+        )
+        status = "ok  " if v.numerics.passed else "FAIL"
+        if v.perf is not None:
+            p = v.perf
+            perf = (f"{p.baseline.median_us:.1f} -> {p.candidate.median_us:.1f} us, x{p.speedup:.3f}"
+                    f" [{p.speedup_low:.3f}, {p.speedup_high:.3f}] {p.verdict}, roofline"
+                    f" {p.baseline_roofline_pct:.0f}% -> {p.candidate_roofline_pct:.0f}%")
+        else:
+            perf = v.perf_note
+        lines.append(f"  {v.shape:<32} {status} rel-RMS {errs}  | {perf}")
+    if result.reasons:
+        lines.append("reasons:")
+        lines += [f"  - {r}" for r in result.reasons]
+    return "\n".join(lines)

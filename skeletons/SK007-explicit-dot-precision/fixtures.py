@@ -1,0 +1,81 @@
+"""Detector fixtures for SK007 (explicit-dot-precision). Profiled statically, never run."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def chunk_state_fp32(q, k, v, o, NT, BT: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    i_n = tl.program_id(0)
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    b_h = tl.zeros([K, V], dtype=tl.float32)
+    for i_t in range(0, NT):
+        b_q = tl.load(q + ((i_n * NT + i_t) * BT + o_t[:, None]) * K + o_k[None, :]).to(tl.float32)
+        b_k = tl.load(k + ((i_n * NT + i_t) * BT + o_t[None, :]) * K + o_k[:, None]).to(tl.float32)
+        b_v = tl.load(v + ((i_n * NT + i_t) * BT + o_t[:, None]) * V + o_v[None, :]).to(tl.float32)
+        # skel-ok: SK007
+        b_o = tl.dot(b_q, b_h)
+        tl.store(o + ((i_n * NT + i_t) * BT + o_t[:, None]) * V + o_v[None, :], b_o)
+        # skel: SK007 opportunity
+        b_h += tl.dot(b_k, b_v)
+
+
+@triton.jit
+def chunk_state_tf32x3(q, k, v, o, NT, BT: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    i_n = tl.program_id(0)
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    b_h = tl.zeros([K, V], dtype=tl.float32)
+    for i_t in range(0, NT):
+        b_q = tl.load(q + ((i_n * NT + i_t) * BT + o_t[:, None]) * K + o_k[None, :]).to(tl.float32)
+        b_k = tl.load(k + ((i_n * NT + i_t) * BT + o_t[None, :]) * K + o_k[:, None]).to(tl.float32)
+        b_v = tl.load(v + ((i_n * NT + i_t) * BT + o_t[:, None]) * V + o_v[None, :]).to(tl.float32)
+        # skel: SK007 instance
+        b_o = tl.dot(b_q, b_h, input_precision="tf32x3")
+        tl.store(o + ((i_n * NT + i_t) * BT + o_t[:, None]) * V + o_v[None, :], b_o)
+        # skel: SK007 instance
+        b_h += tl.dot(b_k, b_v, input_precision="ieee")
+
+
+@triton.jit
+def chunk_state_bf16(q, k, v, o, NT, BT: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    # near-miss: 16-bit operands are not rounded to TF32
+    i_n = tl.program_id(0)
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    b_h = tl.zeros([K, V], dtype=tl.float32)
+    for i_t in range(0, NT):
+        b_k = tl.load(k + ((i_n * NT + i_t) * BT + o_t[None, :]) * K + o_k[:, None]).to(tl.bfloat16)
+        b_v = tl.load(v + ((i_n * NT + i_t) * BT + o_t[:, None]) * V + o_v[None, :]).to(tl.bfloat16)
+        # skel-ok: SK007
+        b_h += tl.dot(b_k, b_v)
+    tl.store(o + i_n * K * V + o_k[:, None] * V + o_v[None, :], b_h)
+
+
+@triton.jit
+def single_fp32_product(a, b, c, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    # near-miss: one fp32 dot whose result is stored, not chained
+    o_m = tl.arange(0, M)
+    o_n = tl.arange(0, N)
+    o_k = tl.arange(0, K)
+    b_a = tl.load(a + o_m[:, None] * K + o_k[None, :]).to(tl.float32)
+    b_b = tl.load(b + o_k[:, None] * N + o_n[None, :]).to(tl.float32)
+    # skel-ok: SK007
+    b_c = tl.dot(b_a, b_b)
+    tl.store(c + o_m[:, None] * N + o_n[None, :], b_c)
+
+
+@triton.jit
+def explicit_tf32(a, b, c, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    # near-miss: TF32 chosen explicitly is neither the default nor the skeleton's choice
+    o_m = tl.arange(0, M)
+    o_n = tl.arange(0, N)
+    o_k = tl.arange(0, K)
+    b_a = tl.load(a + o_m[:, None] * K + o_k[None, :]).to(tl.float32)
+    b_b = tl.load(b + o_k[:, None] * N + o_n[None, :]).to(tl.float32)
+    # skel-ok: SK007
+    b_c = tl.dot(b_a, b_b, input_precision="tf32")
+    tl.store(c + o_m[:, None] * N + o_n[None, :], b_c)
