@@ -62,16 +62,21 @@ class KernelBrief:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A validation run recorded for this target: where the kernel stands against the roofline."""
+    """A timed validation run recorded for this target: where the original stands, what the candidate did.
+
+    ``roofline_pct`` is the original kernel's share of the roofline, read from the run's extra
+    field ``baseline_roofline_pct`` (as the gate's PerfResult names it) or ``roofline_pct``;
+    None when the run did not record it. ``median``/``unit`` are the run's own (the candidate's).
+    """
 
     shape: str
     dtype: str
     gpu: str
+    roofline_pct: float | None
+    skeletons: tuple[str, ...]
+    verdict: str
     median: float
     unit: str
-    roofline_pct: float | None
-    verdict: str
-    skeletons: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -299,8 +304,8 @@ def _measurements(cat, source_sha256: str, kernel_names: list[str]) -> tuple[Mea
     for r in sorted(runs, key=lambda r: (r.shape, r.dtype, r.id or 0)):
         extra = dict(r.extra)
         pct = extra.get("baseline_roofline_pct", extra.get("roofline_pct"))
-        out.append(Measurement(r.shape, r.dtype, r.gpu or "?", float(r.median), r.unit, float(pct) if isinstance(pct, (int, float)) else None,
-                               r.verdict, tuple(r.skeletons)))
+        pct = float(pct) if isinstance(pct, (int, float)) and not isinstance(pct, bool) else None
+        out.append(Measurement(r.shape, r.dtype, r.gpu or "?", pct, tuple(r.skeletons), r.verdict, float(r.median), r.unit))
     return tuple(out[:MAX_MEASUREMENTS])
 
 
@@ -319,7 +324,8 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
     """The full (untrimmed) brief for the file ``target`` (a path as the user wrote it)."""
     language, text, profiles = profile_target(target)
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    matches = match_skeletons(library, profiles, text)
+    # Kernels only, as `skel match` does: a jit device function has no grid or launch of its own.
+    matches = match_skeletons(library, [p for p in profiles if p.kind == "kernel"] or profiles, text)
     evidence, measurements = _catalog_facts(catalog, list(matches), sha, [p.name for p in profiles])
     applicable, not_applicable = [], []
     for code, per_kernel in matches.items():
@@ -352,13 +358,14 @@ def candidate_path(target: str, code: str) -> str:
     return str(p.with_name(f"{p.stem}_{code.lower()}{p.suffix}"))
 
 
-def commands(target: str, code: str, availability: str) -> tuple[str, ...]:
+def commands(target: str, code: str, availability: str, safety: str = "safe") -> tuple[str, ...]:
+    """`skel apply` (when the skeleton has an automatic rewrite; unsafe ones need --unsafe) and `skel validate`."""
     import shlex
 
     t, c = shlex.quote(target), shlex.quote(candidate_path(target, code))
     out = []
     if availability != "never":
-        out.append(f"skel apply {t} --skeleton {code}")
+        out.append(f"skel apply {t} --skeleton {code}" + (" --unsafe" if safety == "unsafe" else ""))
     out.append(f"skel validate {t} {c}")
     return tuple(out)
 
@@ -371,7 +378,7 @@ def _applicable(rank: int, sk: Skeleton, hits, evidence: EvidenceView, target: s
         constraints=tuple((k, getattr(sk.constraints, k)) for k in CONSTRAINT_KEYS),
         example=(sk.docs["Example"], sk.docs["Rewritten"]),
         provenance=tuple(f"{p.repo} {p.path}:{p.line} ({p.version})" + (f": {p.note}" if p.note else "") for p in sk.provenance),
-        commands=commands(target, sk.code, sk.availability),
+        commands=commands(target, sk.code, sk.availability, sk.safety),
     )
 
 

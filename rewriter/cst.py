@@ -370,7 +370,7 @@ def expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)
 
 
-def comment_line(text: str, indent_like: cst.BaseStatement | None = None) -> cst.EmptyLine:
+def comment_line(text: str) -> cst.EmptyLine:
     return cst.EmptyLine(comment=cst.Comment(f"# {text}"))
 
 

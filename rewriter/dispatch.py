@@ -86,7 +86,7 @@ def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> s
         names = _changed_closure(base, src, entry)
         renames = {n: f"{n}_skel_v{i}" for n in names}
         var_defs = _defs(src)
-        block = "".join(_rename(_text(src, var_defs[n]), renames) for n in names)
+        block = "\n\n".join(_rename(_text(src, var_defs[n]), renames) for n in names)
         pieces.append(f"\n\n# --- skel: variant {i}, accepted for {bucket} ---\n\n{block}")
         callees.append(f"{entry}_skel_v{i}")
     pieces.append(_dispatcher(entry, entry_node, dim, dims[dim], ordered, callees))

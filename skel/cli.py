@@ -16,9 +16,12 @@ from skel.errors import EXIT_USAGE, UsageError
 
 # Verb modules, in the order `skel --help` lists them.
 COMMANDS = (
+    "skel.commands.mine",
+    "skel.commands.match",
     "skel.commands.catalog",
     "skel.commands.validate",
     "skel.commands.apply",
+    "skel.commands.mcp",
 )
 
 DESCRIPTION = """\

@@ -79,9 +79,21 @@ def handler(args) -> int:
         emit_json(report.to_json())
     else:
         for path, error in report.errors:
-            print(f"{path}: {error}")
+            print(f"{path}: error: {error}")
+        for line in tally(report):
+            print(line)
     print(report.summary(), file=sys.stderr)
     return EXIT_OK
+
+
+def tally(report) -> list[str]:
+    """One line per skeleton: how many instances and opportunities were found."""
+    counts: dict[str, list[int]] = {}
+    for f in report.instances:
+        counts.setdefault(f.skeleton, [0, 0])[0] += 1
+    for f in report.opportunities:
+        counts.setdefault(f.skeleton, [0, 0])[1] += 1
+    return [f"{code}: {i} instances, {o} opportunities" for code, (i, o) in sorted(counts.items())]
 
 
 class Progress:

@@ -1,0 +1,152 @@
+"""``skel match TARGET``: which skeletons apply to each kernel of one file, and why not the others.
+
+A skeleton applies to a kernel when every one of its conditions holds (the
+detectors evaluate them on the kernel's profile). For a skeleton that does not
+apply, the reason is its first failing condition: the library's ``fails`` text
+followed by what the detector saw ("no division whose denominator is a square
+root: no division in the kernel").
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from skel.errors import UsageError
+from skel.miner.walk import language_of
+
+
+@dataclass(frozen=True)
+class Applicable:
+    skeleton: str
+    conditions: tuple[tuple[str, str], ...]  # (condition id, what the detector saw)
+    sites: tuple[int, ...] = ()  # lines an opportunity points at (empty: applies, site not singled out)
+    used_at: tuple[int, ...] = ()  # lines where the technique is already applied
+
+    def to_json(self) -> dict:
+        return {"skeleton": self.skeleton,
+                "conditions": [{"id": i, "detail": d} for i, d in self.conditions],
+                "sites": list(self.sites), "used_at": list(self.used_at)}
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    skeleton: str
+    condition: str  # id of the first failing condition
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"skeleton": self.skeleton, "reason": self.reason, "condition": self.condition}
+
+
+@dataclass(frozen=True)
+class KernelMatch:
+    name: str
+    line: int
+    language: str
+    applicable: tuple[Applicable, ...]
+    not_applicable: tuple[NotApplicable, ...]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "line": self.line, "language": self.language,
+                "applicable": [a.to_json() for a in self.applicable],
+                "not_applicable": [n.to_json() for n in self.not_applicable]}
+
+
+@dataclass(frozen=True)
+class MatchReport:
+    path: str
+    kernels: tuple[KernelMatch, ...]
+
+    @property
+    def any_applicable(self) -> bool:
+        return any(k.applicable for k in self.kernels)
+
+    def to_json(self) -> dict:
+        return {"kernels": [k.to_json() for k in self.kernels]}
+
+
+def read_target(path: str) -> tuple[str, str]:
+    """(text, language) of a target file; UsageError naming the file and the problem otherwise."""
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory; skel match takes one kernel file (use skel mine for folders)")
+    language = language_of(path)
+    if language is None:
+        raise UsageError(f"{path}: not a kernel source (expected .py, or .cu/.cuh/.h/.hpp/.cpp for CUDA)")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    nul = data.find(b"\x00", 0, 8192)
+    if nul >= 0:
+        raise UsageError(f"{path}: binary file (NUL byte at offset {nul})")
+    try:
+        return data.decode("utf-8-sig"), language
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def profile_target(path: str, text: str, language: str) -> list:
+    from skel.miner.mine import _frontend
+
+    try:
+        profiles = _frontend(language)(text, path)
+    except SyntaxError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except ValueError as exc:  # the CUDA frontend's "path:line: why"
+        raise UsageError(str(exc)) from None
+    return [p for p in profiles if p.kind == "kernel"]
+
+
+def match_file(path: str, skeleton: str | None = None, library=None) -> MatchReport:
+    """Evaluate every skeleton of ``library`` (default: the shipped one), or only ``skeleton``."""
+    from skel.catalog.library import load_library
+
+    lib = library if library is not None else load_library()
+    skeletons = list(lib)
+    if skeleton is not None:
+        sk = lib.get(skeleton.upper())
+        if sk is None:
+            known = ", ".join(s.code for s in skeletons)
+            raise UsageError(f"--skeleton {skeleton}: no such skeleton in {lib.root} (known: {known})")
+        skeletons = [sk]
+    text, language = read_target(path)
+    profiles = profile_target(path, text, language)
+    return MatchReport(path, tuple(match_kernel(p, text, skeletons) for p in profiles))
+
+
+def match_kernel(profile, text: str, skeletons) -> KernelMatch:
+    from skel.miner import detectors
+    from skel.miner.detectors.base import Ctx
+
+    ctx = Ctx(profile, text)
+    try:
+        findings = detectors.run_detectors(profile, text, codes=[s.code for s in skeletons])
+    except Exception:  # sites are a convenience; the verdicts below still stand
+        findings = []
+    applicable, not_applicable = [], []
+    for sk in skeletons:
+        try:
+            results = detectors.evaluate(sk, profile, text, ctx)
+        except KeyError as exc:
+            not_applicable.append(NotApplicable(sk.code, "detector", f"no detector implements {sk.code} yet ({exc})"))
+            continue
+        failing = next((r for r in results if not r.holds), None)
+        if failing is None:
+            mine_ = [f for f in findings if f.skeleton == sk.code]
+            applicable.append(Applicable(
+                sk.code, tuple((r.id, r.detail) for r in results),
+                tuple(sorted({f.line for f in mine_ if f.kind == "opportunity"})),
+                tuple(sorted({f.line for f in mine_ if f.kind == "instance"}))))
+        else:
+            words = next((c.fails for c in sk.conditions if c.id == failing.id), "")
+            detail = failing.detail.strip()
+            if not words or not detail or detail.lower() in words.lower() or words.lower() in detail.lower():
+                reason = detail if len(detail) >= len(words) else words  # one says it all; don't repeat it
+            else:
+                reason = f"{words}: {detail}"
+            not_applicable.append(NotApplicable(sk.code, failing.id, reason))
+    return KernelMatch(profile.name, profile.line, profile.language, tuple(applicable), tuple(not_applicable))

@@ -1,0 +1,37 @@
+"""`skel mcp`: serve the catalog and the gate to coding agents over MCP (stdio).
+
+The server lives in ``skel.mcp_server``; it is imported only here, when the verb runs,
+because the ``mcp`` SDK is not installed everywhere skel runs (the GPU machine lacks it).
+"""
+from __future__ import annotations
+
+import argparse
+
+from skel.commands.common import add_catalog, add_json, add_library
+from skel.errors import EXIT_OK, UsageError
+
+DESCRIPTION = """\
+Run an MCP server on stdin/stdout (configure it in the agent as the command `skel mcp`).
+Tools: list_skeletons, show_skeleton, search_skeletons, match_kernel, validate_candidate,
+apply_skeleton (dry run by default), catalog_prompt. Resources: skel://skeleton/CODE, the
+text `skel catalog show CODE` prints. Tool errors come back as MCP tool errors (isError)
+with what and where; the server keeps running. Relative paths are relative to the
+directory the server was started in."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("mcp", help="serve the catalog and the gate to coding agents (MCP over stdio)",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_library(p)
+    add_catalog(p)
+    add_json(p)  # accepted for uniformity; the protocol is JSON-RPC already
+    p.set_defaults(func=handler)
+
+
+def handler(args) -> int:
+    try:
+        from skel.mcp_server import serve
+    except ImportError as exc:
+        raise UsageError(f"`skel mcp` needs the mcp SDK (pip install 'mcp>=2'): {exc}") from None
+    serve(args.library, args.catalog)
+    return EXIT_OK

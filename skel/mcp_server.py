@@ -1,0 +1,301 @@
+"""The skel MCP server (stdio): the catalog and the gate as tools a coding agent can call.
+
+Built on the official ``mcp`` SDK (``mcp.server.mcpserver.MCPServer``, mcp >= 2). This module
+imports ``mcp`` at the top, so only ``skel mcp`` imports it (the GPU machine has no ``mcp``).
+
+Tools (every one returns JSON, or Markdown for ``catalog_prompt``):
+  list_skeletons(category, target, lifecycle, family)   the library, filtered (AND)
+  show_skeleton(code)                                    metadata, docs, examples, evidence
+  search_skeletons(text)                                 ranked by hits, all words must match
+  match_kernel(path)                                     every skeleton's conditions on every kernel
+  validate_candidate(target, candidate, shapes, spec, require)   runs `skel validate --json`
+  apply_skeleton(target, skeleton, dry_run=True, unsafe=False)  runs `skel apply --skeleton CODE --json`
+  catalog_prompt(path, budget)                           the agent brief (`skel catalog prompt`)
+Resources: ``skel://skeleton/SK001`` ... the text `skel catalog show CODE` prints.
+
+Errors: a tool that cannot do what it was asked raises ``ToolError`` with what and where (unknown
+code, missing file, bad budget...); the SDK returns it as a result with ``isError`` set and the
+server keeps serving. Validation and apply run in a child process (``python -m skel``), so
+whatever the candidate kernel does (crash, hang, print) cannot take the server or its stdout
+down; they keep the CLI's exit codes in the result (1 = rejected is an answer, not an error).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+
+from skel.catalog.library import Library, LibraryError, Skeleton, default_root, load_library
+from skel.errors import UsageError
+
+INSTRUCTIONS = """\
+skel matches optimization skeletons (named, machine-checked GPU kernel transformations) to a
+Triton or CUDA kernel file and judges candidate rewrites. Start with catalog_prompt(path) for a
+brief of what applies and why, change the kernel, then validate_candidate(target, candidate):
+numerics always, speed only on a GPU. Skeleton docs are resources skel://skeleton/CODE."""
+
+CHILD_TIMEOUT_S = 900.0
+
+
+class SkelTools:
+    """The tools' logic, independent of the MCP plumbing (testable as plain calls)."""
+
+    def __init__(self, library_root: Path | None = None, catalog: Path | None = None, cwd: Path | None = None):
+        self.library_root = library_root
+        self.catalog = catalog
+        self.cwd = cwd
+
+    # ------------------------------------------------------------------ library
+    def library(self) -> Library:
+        root = self.library_root or default_root()
+        try:
+            return load_library(root)  # per call: a skeleton edited on disk shows up at once
+        except LibraryError as exc:
+            raise ToolError(f"the skeleton library at {root} has problems (run `skel catalog check`):\n{exc}") from None
+
+    def skeleton(self, code: str) -> Skeleton:
+        lib = self.library()
+        sk = lib.get(code or "")
+        if sk is None:
+            raise ToolError(f"no skeleton {code!r} in {lib.root} (codes: {', '.join(s.code for s in lib)})")
+        return sk
+
+    def evidence(self, codes: list[str]) -> dict[str, dict]:
+        from skel.catalog import store
+
+        path = store.resolve_catalog_path(self.catalog)
+        if not path.exists():
+            return {c: store.Evidence.empty(c).to_json() for c in codes}
+        with store.open_catalog(path) as cat:
+            return {c: cat.evidence(c).to_json() for c in codes}
+
+    def list_skeletons(self, category: str | None, target: str | None, lifecycle: str | None,
+                       family: str | None) -> dict:
+        chosen = [s for s in self.library()
+                  if (not category or s.category == category) and (not target or target in s.targets)
+                  and (not lifecycle or s.lifecycle == lifecycle) and (not family or family in s.families)]
+        ev = self.evidence([s.code for s in chosen])
+        return {"skeletons": [
+            {"code": s.code, "name": s.name, "title": s.title, "category": s.category, "lifecycle": s.lifecycle,
+             "safety": s.safety, "availability": s.availability, "targets": list(s.targets),
+             "families": list(s.families),
+             "evidence_summary": {k: v for k, v in ev[s.code].items() if k != "items"}}
+            for s in chosen]}
+
+    def show_skeleton(self, code: str) -> dict:
+        sk = self.skeleton(code)
+        ev = self.evidence([sk.code])[sk.code]
+        data = sk.to_json()
+        data.pop("folder", None)  # where the library lies on this machine says nothing to an agent
+        data.update(docs=dict(sk.docs), before=sk.before, after=sk.after, evidence=ev)
+        return data
+
+    def skeleton_markdown(self, code: str) -> str:
+        from skel.commands.catalog import render_show
+
+        sk = self.skeleton(code)
+        return render_show(sk, self.evidence([sk.code])[sk.code]) + "\n"
+
+    def search_skeletons(self, text: str) -> dict:
+        from skel.commands.catalog import _haystack
+
+        words = [w.lower() for w in (text or "").split()]
+        if not words:
+            raise ToolError("search_skeletons: give at least one word to search for")
+        scored = []
+        for sk in self.library():
+            hay = _haystack(sk)
+            counts = [hay.count(w) for w in words]
+            if all(counts):
+                bonus = sum(10 for w in words if w in f"{sk.name} {sk.title} {sk.code}".lower())
+                scored.append((sum(counts) + bonus, sk))
+        scored.sort(key=lambda t: (-t[0], t[1].code))
+        return {"query": text, "results": [{"code": s.code, "name": s.name, "title": s.title, "score": n}
+                                           for n, s in scored]}
+
+    # ------------------------------------------------------------------ kernels
+    def match_kernel(self, path: str) -> dict:
+        """`skel match PATH --json`, computed in this process (static: nothing is imported or run)."""
+        from skel.miner.match import match_file
+
+        report = match_file(self._path(path), library=self.library())
+        return {"path": path, "applicable": sorted({a.skeleton for k in report.kernels for a in k.applicable}),
+                **report.to_json()}
+
+    def catalog_prompt(self, path: str, budget: int | None) -> str:
+        from skel.catalog.prompt import build_brief, render_markdown
+        from skel.catalog.prompt_budget import BudgetError, fit_budget
+
+        if budget is not None and budget < 1:
+            raise ToolError(f"budget must be a positive number of tokens, got {budget}")
+        brief = build_brief(path, self.library(), self.catalog)
+        try:
+            return render_markdown(fit_budget(brief, budget))
+        except BudgetError as exc:
+            raise ToolError(str(exc)) from None
+
+    def validate_candidate(self, target: str, candidate: str, shapes: str | None, spec: str | None,
+                           require: str) -> dict:
+        self._path(candidate)
+        argv = ["validate", target, candidate, "--json", "--require", require]
+        if shapes:
+            argv += ["--shapes", shapes]
+        if spec:
+            argv += ["--spec", spec]
+        return self._child(argv, "validate")
+
+    def apply_skeleton(self, target: str, skeleton: str, dry_run: bool, unsafe: bool) -> dict:
+        self._path(target)
+        code = self.skeleton(skeleton).code
+        argv = ["apply", target, "--skeleton", code, "--json"]
+        argv += (["--dry-run"] if dry_run else []) + (["--unsafe"] if unsafe else [])
+        return self._child(argv, "apply")
+
+    # ------------------------------------------------------------------ helpers
+    def _path(self, path: str) -> str:
+        full = Path(self.cwd or ".") / path
+        if not path or not full.is_file():
+            raise ToolError(f"{path or '(empty path)'}: no such file (paths are relative to {Path(self.cwd or '.').resolve()})")
+        return path
+
+    def _child(self, argv: list[str], verb: str) -> dict:
+        """Run ``python -m skel ARGV`` and return its JSON verdict with the exit code."""
+        cmd = [sys.executable, "-m", "skel", *argv]
+        env = dict(os.environ)
+        if self.catalog:
+            env["SKEL_CATALOG"] = str(self.catalog)  # the child records into the catalog this server reads
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.cwd, timeout=CHILD_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, env=env)
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"`skel {' '.join(argv)}` ran over {CHILD_TIMEOUT_S:.0f} s and was stopped") from None
+        stderr = proc.stderr.strip()
+        try:
+            data = json.loads(proc.stdout) if proc.stdout.strip() else None
+        except json.JSONDecodeError:
+            data = None
+        if proc.returncode == 2 or data is None or (isinstance(data, dict) and "error" in data and len(data) == 1):
+            why = (data or {}).get("error") if isinstance(data, dict) else None
+            raise ToolError(f"`skel {' '.join(argv)}` failed (exit {proc.returncode}): "
+                            f"{why or stderr[-1500:] or proc.stdout.strip()[-1500:] or 'no output'}")
+        meaning = {0: "ok", 1: "rejected" if verb == "validate" else "findings"}.get(proc.returncode, "error")
+        return {"command": "skel " + " ".join(argv), "exit_code": proc.returncode, "outcome": meaning,
+                "result": data, "stderr": stderr[-2000:]}
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn every failure into a ToolError carrying what and where, so the server never falls over."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ToolError:
+            raise
+        except (UsageError, OSError, ValueError, KeyError) as exc:
+            raise ToolError(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)) from None
+        except Exception as exc:  # a bug in skel: report it to the caller rather than hiding it
+            raise ToolError(f"internal error in {fn.__name__}: {type(exc).__name__}: {exc}") from None
+    return wrapper
+
+
+def build_server(tools: SkelTools) -> MCPServer:
+    server = MCPServer("skel", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING")
+
+    @server.tool(description="List skeletons, optionally filtered (AND) by category (memory, compute, precision, "
+                             "parallelism, launch), target language (triton, cuda), lifecycle (preview, stable, "
+                             "deprecated) and kernel family (e.g. kda-decode).")
+    @_guard
+    def list_skeletons(category: str | None = None, target: str | None = None, lifecycle: str | None = None,
+                       family: str | None = None) -> dict:
+        return tools.list_skeletons(category, target, lifecycle, family)
+
+    @server.tool(description="One skeleton in full: metadata, conditions, transformation, resource constraints, "
+                             "provenance, docs, before/after example kernels, and its evidence from the catalog.")
+    @_guard
+    def show_skeleton(code: str) -> dict:
+        return tools.show_skeleton(code)
+
+    @server.tool(description="Search skeleton names, titles, docs, conditions and methods; every word must match; "
+                             "results ranked by hits.")
+    @_guard
+    def search_skeletons(text: str) -> dict:
+        return tools.search_skeletons(text)
+
+    @server.tool(description="Profile a Triton (.py) or CUDA kernel file statically (never imported) and evaluate "
+                             "every skeleton's conditions on each kernel, with the lines that make them hold or fail.")
+    @_guard
+    def match_kernel(path: str) -> dict:
+        return tools.match_kernel(path)
+
+    @server.tool(description="Judge a candidate kernel file against a target (family name or kernel file) with "
+                             "`skel validate`: numerics against the float64 reference and the original on every "
+                             "shape; timing only on a GPU. shapes: a shape-set name or comma-separated labels; "
+                             "spec: family or spec file for a target outside kernels/; require: correct, "
+                             "not-slower or faster. exit_code 1 means rejected (see result.reasons).")
+    @_guard
+    def validate_candidate(target: str, candidate: str, shapes: str | None = None, spec: str | None = None,
+                           require: str = "correct") -> dict:
+        return tools.validate_candidate(target, candidate, shapes, spec, require)
+
+    @server.tool(description="Apply one skeleton to a target kernel file with `skel apply TARGET --skeleton CODE`. "
+                             "dry_run (default true) only shows the candidate diffs without running or writing "
+                             "anything; unsafe must be true for skeletons whose rewrite changes rounding or "
+                             "reduction order (safety 'unsafe'). exit_code 1: nothing accepted.")
+    @_guard
+    def apply_skeleton(target: str, skeleton: str, dry_run: bool = True, unsafe: bool = False) -> dict:
+        return tools.apply_skeleton(target, skeleton, dry_run, unsafe)
+
+    @server.tool(description="The Markdown brief for an agent optimising a kernel file: profile, roofline standing "
+                             "if measured, applicable skeletons ranked by evidence with conditions, constraints, "
+                             "examples and the commands to check a change. budget: max tokens (ceil(chars/4)).")
+    @_guard
+    def catalog_prompt(path: str, budget: int | None = None) -> str:
+        return tools.catalog_prompt(path, budget)
+
+    _add_resources(server, tools)
+    return server
+
+
+def _add_resources(server: MCPServer, tools: SkelTools) -> None:
+    try:
+        codes = [s.code for s in tools.library()]
+    except ToolError:
+        codes = []  # a broken library: the tools say why when called
+    for code in codes:  # listed one by one so that resources/list shows them; the template serves the rest
+        server.resource(f"skel://skeleton/{code}", name=code, mime_type="text/markdown",
+                        description=f"skeleton {code}: docs, conditions, constraints, evidence")(_reader(tools, code))
+
+    @server.resource("skel://skeleton/{code}", mime_type="text/markdown")
+    def skeleton_doc(code: str) -> str:
+        try:
+            return tools.skeleton_markdown(code)
+        except ToolError as exc:
+            raise ResourceNotFoundError(str(exc)) from None
+
+
+def _reader(tools: SkelTools, code: str) -> Callable[[], str]:
+    def read() -> str:
+        return tools.skeleton_markdown(code)
+    return read
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("skel")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def serve(library_root: Path | None = None, catalog: Path | None = None) -> None:
+    """Run the server on stdin/stdout until the client closes the connection."""
+    build_server(SkelTools(library_root, catalog)).run("stdio")

@@ -1,0 +1,148 @@
+"""`skel apply`: binding, candidates, CPU mode (numerics only, nothing accepted), selection, dispatch, output safety."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skel.catalog.library import load_library
+from skel.cli import main
+from skel.errors import UsageError
+from skel.rewriter.apply import ApplyOptions, CandidateOutcome, _write_output
+from skel.rewriter.dispatch import build_dispatch
+from skel.rewriter.select import bucket_of, choose_winners
+from skel.rewriter.targets import bind_target
+
+import skel.kernels
+
+KERNELS = Path(skel.kernels.__file__).resolve().parent
+KDA = KERNELS / "kda_decode" / "kernel.py"
+
+
+def test_bind_recognises_suite_copy_and_upstream(tmp_path, fla_corpus):
+    copy = tmp_path / "my_kda.py"
+    shutil.copy(KDA, copy)
+    b = bind_target(copy, copy.read_text())
+    assert (b.family, b.entry, b.spec.name) == ("kda_decode", "kda_decode", "spec.py")
+    for rel, family, entry in [
+        ("fla/ops/kda/fused_recurrent.py", "kda_decode", "fused_recurrent_kda_fwd"),
+        ("fla/ops/gated_delta_rule/fused_recurrent.py", "gdn_decode", "fused_recurrent_gated_delta_rule_fwd"),
+    ]:
+        up = tmp_path / f"{family}_upstream.py"
+        shutil.copy(fla_corpus / rel, up)
+        b = bind_target(up, up.read_text())
+        assert (b.family, b.entry, b.spec.name) == (family, entry, "fla_upstream.py")
+
+
+def test_bind_unknown_file_asks_for_a_harness(tmp_path):
+    f = tmp_path / "other.py"
+    f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n")
+    with pytest.raises(UsageError, match="--harness"):
+        bind_target(f, f.read_text())
+
+
+def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
+    target = tmp_path / "kda.py"
+    shutil.copy(KDA, target)
+    code = main(["apply", str(target), "--dry-run", "--unsafe", "--skeleton", "SK001", "--skeleton", "SK003",
+                 "--report-dir", str(tmp_path / "report"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert data["output"] is None
+    labels = [c["label"] for c in data["candidates"]]
+    assert "SK001" in labels and "SK003" in labels and "SK001+SK003" in labels
+    assert target.read_text() == KDA.read_text()
+    assert not list(tmp_path.glob("*.skel.py"))
+    assert (tmp_path / "report" / "report.md").exists()
+
+
+def test_unsafe_rewrites_need_the_flag(tmp_path, capsys):
+    target = tmp_path / "kda.py"
+    shutil.copy(KDA, target)
+    main(["apply", str(target), "--dry-run", "--skeleton", "SK001", "--report-dir", str(tmp_path / "r"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert not data["candidates"]
+    assert any("--unsafe" in s["reason"] for s in data["skipped"])
+
+
+def test_cpu_apply_checks_numerics_and_never_claims_speed(tmp_path, capsys):
+    """One real candidate through the gate in the interpreter; verdicts land in the catalog."""
+    target = tmp_path / "kda.py"
+    shutil.copy(KDA, target)
+    catalog = tmp_path / "cat.sqlite"
+    code = main(["apply", str(target), "--unsafe", "--skeleton", "SK001", "--device", "cpu",
+                 "--report-dir", str(tmp_path / "report"), "--catalog", str(catalog), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["output"] is None and data["perf_measured"] is False
+    [cand] = data["candidates"]
+    assert cand["numerics_passed"] is True and cand["accepted"] is False
+    assert "not measured" in cand["reason"]
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "performance not measured" in report and "faster" not in report.split("## Applicability")[0].lower()
+    from skel.catalog.store import open_catalog
+
+    with open_catalog(catalog) as cat:
+        runs = cat.validation_runs(skeleton="SK001")
+    assert runs and all(r.verdict == "numerics-pass" for r in runs)
+
+
+def _gate(shapes):
+    return {"dtype": "bfloat16", "shapes": [
+        {"shape": label, "numerics": {"passed": True},
+         "perf": {"verdict": verdict, "speedup": speedup, "speedup_low": speedup, "speedup_high": speedup}}
+        for label, verdict, speedup in shapes]}
+
+
+def _outcome(label, shapes):
+    return CandidateOutcome((label,), label, False, True, "numerics passed", True, "", {}, _gate(shapes))
+
+
+def test_selection_per_bucket_rejects_any_slowdown():
+    t1, t8 = "T1-K128", "T8-K128"
+    a = _outcome("A", [(f"N32-{t1}", "faster", 1.2), (f"N64-{t1}", "faster", 1.3),
+                       (f"N32-{t8}", "slower", 0.8), (f"N64-{t8}", "faster", 1.1)])
+    b = _outcome("B", [(f"N32-{t1}", "within noise", 1.0), (f"N64-{t1}", "faster", 1.05),
+                       (f"N32-{t8}", "faster", 1.7), (f"N64-{t8}", "faster", 1.8)])
+    winners, updated = choose_winners([a, b], perf_measured=True)
+    assert [(bucket, o.label) for bucket, o in winners] == [(t1, "A"), (t8, "B")]
+    assert all(o.accepted for o in updated)
+    assert bucket_of("N64-T8-H32") == "T8-H32"
+    assert choose_winners([a, b], perf_measured=False)[0] == []
+
+
+def test_dispatch_file_passes_the_gate(tmp_path):
+    """Two variants behind a dispatch on T: the emitted file is judged like any candidate."""
+    from skel.catalog.library import load_library
+    from skel.rewriter.base import RewriteOptions
+    from skel.rewriter.candidates import enumerate_candidates
+    from skel.validate.gate import validate
+
+    src = KDA.read_text()
+    cs = enumerate_candidates(src, ["SK001", "SK005"], load_library(), RewriteOptions(shape=(("K", 32), ("V", 64))), True)
+    one = next(c for c in cs.candidates if c.skeletons == ("SK001",))
+    two = next(c for c in cs.candidates if c.skeletons == ("SK005",))
+    out = build_dispatch(src, [("T1-K32", one.source), ("T3-K32", two.source)], bind_target(KDA, src))
+    assert "def kda_decode(" in out and "kda_decode_skel_v2(" in out
+    path = tmp_path / "dispatch.py"
+    path.write_text(out)
+    result = validate("kda_decode", path, shapes="ci", device="cpu", seeds=(0,))
+    assert result.accepted, result.reasons
+
+
+def test_output_never_overwrites_input_without_in_place(tmp_path):
+    target = tmp_path / "kda.py"
+    target.write_text("original\n")
+    cand = tmp_path / "cand.py"
+    cand.write_text("rewritten\n")
+    o = CandidateOutcome(("SK001",), "SK001", True, True, "", True, "", {}, None, str(cand))
+    binding = bind_target(KDA, KDA.read_text())
+    out = _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target))
+    assert out == tmp_path / "kda.skel.py" and out.read_text() == "rewritten\n"
+    assert target.read_text() == "original\n"
+    with pytest.raises(ValueError, match="--in-place"):
+        _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target, output=target))
+    out = _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target, in_place=True))
+    assert out == target and target.read_text() == "rewritten\n"
+    assert (tmp_path / "kda.py.orig").read_text() == "original\n"

@@ -1,0 +1,156 @@
+"""The gate itself: comparisons, statistics, target resolution, the API and the CLI."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from skel.cli import main
+from skel.validate import GateInputError, validate
+from skel.validate.bench import median_interval
+from skel.validate.load import TargetError, resolve_target, signature_problem
+from skel.validate.numerics import compare, index_str, nonfinite, poisoned_allocations
+from skel.validate.spec import Shape, Tolerance
+
+ROOT = Path(__file__).parent.parent
+KDA = ROOT / "kernels" / "kda_decode" / "kernel.py"
+
+
+# -- pieces ----------------------------------------------------------------------------------------
+def test_shape_label_round_trip_keeps_order():
+    shape = Shape.of(N=64, T=1, H=32, HV=32, K=128, V=128)
+    assert shape.label == "N64-T1-H32-HV32-K128-V128"
+    assert Shape.parse(shape.label) == shape and shape["HV"] == 32
+    with pytest.raises(ValueError):
+        Shape.parse("N64-T")
+
+
+def test_compare_reports_first_element_over_the_limit():
+    expected = torch.zeros(2, 3, dtype=torch.float64)
+    got = expected.clone()
+    got[1, 2] = 0.5
+    got[0, 1] = 0.01
+    cmp = compare(got, expected, Tolerance(rel_rms=1e-3, max_abs=0.1))
+    assert not cmp.passed and cmp.max_abs == pytest.approx(0.5)
+    assert "[1, 2]: got 0.5, expected 0" in cmp.detail
+    ok = compare(torch.ones(4), torch.ones(4, dtype=torch.float64) * (1 + 1e-7), Tolerance(1e-5, 1e-5))
+    assert ok.passed and ok.rel_rms == pytest.approx(1e-7, rel=0.1)
+
+
+def test_nonfinite_is_reported_separately_with_its_index():
+    x = torch.zeros(3, 4)
+    x[2, 1] = float("nan")
+    x[2, 3] = float("inf")
+    msg = nonfinite("o", x)
+    assert "2 NaN/inf of 12" in msg and "[2, 1]" in msg
+    assert nonfinite("o", torch.zeros(3)) is None
+    assert index_str(7, (2, 2, 2)) == "[1, 1, 1]"
+
+
+def test_poisoned_allocations_fill_and_restore():
+    empty = torch.empty
+    with poisoned_allocations():
+        assert torch.isnan(torch.empty(5)).all()
+        assert torch.isnan(torch.empty_like(torch.zeros(3))).all()
+        assert (torch.empty(3, dtype=torch.int64) == -1).all()
+    assert torch.empty is empty
+
+
+def test_median_interval_is_order_statistics():
+    med, lo, hi = median_interval([float(i) for i in range(1, 31)])
+    assert med == 15.5 and lo == 9.0 and hi == 22.0
+    assert median_interval([3.0]) == (3.0, 3.0, 3.0)
+
+
+def test_signature_problem():
+    def good(q, k, scale=None):
+        return q
+
+    def bad(q):
+        return q
+
+    assert signature_problem(good, ("q", "k")) is None
+    assert "cannot take (q, k)" in signature_problem(bad, ("q", "k"))
+
+
+def test_target_resolution(tmp_path):
+    assert resolve_target("kda_decode").kernel == KDA.resolve()
+    assert resolve_target(str(KDA)).spec.name == "spec.py"
+    copy = tmp_path / "my_kda.py"
+    shutil.copy(KDA, copy)
+    with pytest.raises(TargetError, match="no spec for target"):
+        resolve_target(copy)
+    assert resolve_target(copy, "kda_decode").spec == KDA.parent.resolve() / "spec.py"
+    with pytest.raises(TargetError, match="neither a family"):
+        resolve_target("no_such_family")
+
+
+# -- the API ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["gdn_decode", "state_merge", "dsa_indexer"])
+def test_each_family_accepts_its_own_kernel(family):
+    kernel = ROOT / "kernels" / family / "kernel.py"
+    result = validate(family, kernel, device="cpu", seeds=(0, 1))
+    assert result.accepted, result.reasons
+    assert result.shape_set == "ci" and len(result.shapes) >= 2
+    for verdict in result.shapes:
+        assert verdict.numerics.passed and verdict.perf is None
+        assert verdict.perf_note.startswith("not measured")
+        for out in verdict.numerics.outputs:
+            if out.rel_rms is not None:
+                assert out.diff_rel_rms == 0.0  # the same kernel reproduces itself bit for bit
+
+
+def test_honest_rsqrt_rewrite_is_accepted(tmp_path):
+    source = KDA.read_text()
+    edited = re.sub(r"(b_[qk]) = \1 / tl\.sqrt\(tl\.sum\(\1 \* \1\) \+ 1e-6\)",
+                    r"\1 = \1 * tl.rsqrt(tl.sum(\1 * \1) + 1e-6)", source)
+    assert edited.count("tl.rsqrt") == 2
+    candidate = tmp_path / "kda_rsqrt.py"
+    candidate.write_text(edited)
+    result = validate("kda_decode", candidate, device="cpu")
+    assert result.accepted, result.reasons
+    assert len(result.seeds) == 2 and result.seeds[0] == 0  # a fresh random seed besides 0
+
+
+def test_a_broken_original_cannot_be_judged(tmp_path):
+    target = tmp_path / "kda_wrong_scale.py"
+    target.write_text(KDA.read_text().replace("scale = K ** -0.5", "scale = 1.0"))
+    result = validate(target, KDA, spec="kda_decode", device="cpu", seeds=(0,), shapes=["N2-T1-H1-HV2-K32-V64"])
+    assert not result.accepted and result.error
+    assert "original kernel fails the float64 reference" in result.reasons[0]
+
+
+def test_require_faster_is_never_granted_without_a_gpu():
+    result = validate("kda_decode", KDA, device="cpu", seeds=(0,), shapes=["N2-T1-H1-HV2-K32-V64"], require="faster")
+    assert not result.accepted
+    assert "not measured" in result.reasons[0]
+
+
+def test_bad_requests_are_input_errors(tmp_path):
+    with pytest.raises(GateInputError, match="not a file"):
+        validate("kda_decode", tmp_path / "missing.py", device="cpu")
+    with pytest.raises(GateInputError, match="no shape set 'huge'"):
+        validate("kda_decode", KDA, shapes="huge", device="cpu")
+    with pytest.raises(GateInputError, match="supports"):
+        validate("state_merge", KDA, dtype="bfloat16", device="cpu")
+
+
+# -- the CLI ------------------------------------------------------------------------------------------
+def test_cli_json_and_exit_codes(capsys):
+    code = main(["validate", "kda_decode", str(ROOT / "tests" / "cheaters" / "constant_output.py"),
+                 "--seeds", "0", "--shapes", "N2-T1-H1-HV2-K32-V64", "--device", "cpu", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["accepted"] is False and "constant" in out["reasons"][0]
+    assert {"shape", "numerics", "perf"} <= set(out["shapes"][0])
+
+    code = main(["validate", "kda_decode", str(KDA), "--seeds", "0", "--shapes", "N2-T1-H1-HV2-K32-V64",
+                 "--device", "cpu"])
+    text = capsys.readouterr().out
+    assert code == 0 and "ACCEPTED" in text and "not measured" in text
+
+    assert main(["validate", "no_such_family", str(KDA)]) == 2
+    assert "neither a family" in capsys.readouterr().err
