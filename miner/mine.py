@@ -42,7 +42,7 @@ class FileOutcome:
 class MineReport:
     files: int  # source files looked at (.py and CUDA/C++ files under the paths)
     kernel_files: int  # files that passed the text prefilter
-    parsed: int  # files parsed this run
+    parsed: int  # files handed to a frontend this run (including those that failed to parse)
     cached: int  # unchanged files served from the catalog
     kernels: int
     instances: tuple[Finding, ...]
@@ -204,7 +204,7 @@ def mine(
     return MineReport(
         files=len(cands),
         kernel_files=sum(o.kernel_file for o in outcomes),
-        parsed=sum(o.status == "parsed" for o in outcomes),
+        parsed=sum(o.kernel_file and o.status != "cached" for o in outcomes),
         cached=sum(o.status == "cached" for o in outcomes),
         kernels=sum(o.kernels for o in outcomes),
         instances=tuple(f for f in findings if f.kind == "instance"),

@@ -132,9 +132,25 @@ class Ctx:
                 rows.append(a)
         return tuple(rows)
 
+    @cached_property
+    def _defs(self) -> dict[str, list[Assign]]:
+        index: dict[str, list[Assign]] = {}
+        for a in self.assigns:
+            for t in a.targets:
+                index.setdefault(t, []).append(a)
+        return index
+
     def defs_of(self, var: str, before: int | None = None) -> list[Assign]:
         """Assignments to ``var`` (latest last), optionally only those on lines before ``before``."""
-        return [a for a in self.assigns if var in a.targets and (before is None or a.line < before)]
+        rows = self._defs.get(var, [])
+        return rows if before is None else [a for a in rows if a.line < before]
+
+    @cached_property
+    def dataflow_graph(self):
+        """The profile's dataflow as ``miner.dataflow.Graph`` (built once per kernel)."""
+        from skel.miner import dataflow
+
+        return dataflow.Graph(self.p.dataflow)
 
     def last_def(self, var: str, before: int) -> Assign | None:
         rows = self.defs_of(var, before + 1)

@@ -53,8 +53,18 @@ def _addr(m) -> str:
     return f"{m.node}:addr" if m.node else ""
 
 
+def _dependents(ctx: Ctx, var: str) -> set[str]:
+    """Dataflow nodes computed from ``var`` (one graph traversal per component, cached)."""
+    cache = ctx.cache.setdefault(CODE, {}).setdefault("dep", {})
+    if var not in cache:
+        g = ctx.dataflow_graph
+        sources = dataflow.resolve_nodes(ctx.p, var, g)
+        cache[var] = g.descendants(sources) | sources
+    return cache[var]
+
+
 def _depends(ctx: Ctx, m, var: str) -> bool:
-    return bool(m.node) and dataflow.depends_on(ctx.p, _addr(m), var)
+    return bool(m.node) and _addr(m) in _dependents(ctx, var)
 
 
 def _shared(ctx: Ctx, m) -> list[str]:
