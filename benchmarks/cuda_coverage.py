@@ -3,7 +3,8 @@
 Usage: python benchmarks/cuda_coverage.py DIR [--ext .cuh,.cu] [--failures N] [--kernels]
 
 A file counts as "defining a __global__ function" when ``__global__`` appears in its code
-(not in a comment, a string or a preprocessor line such as a ``#define``); it counts as
+(not in a comment, a string or a preprocessor line such as a ``#define``) followed by a
+body, found by a brace scan independent of the parser; it counts as
 profiled when ``profile_source`` returns at least one profile without raising. Prints the
 two counts, the percentage, the time and files/s, and the first failures with reasons.
 """
@@ -14,8 +15,7 @@ import os
 import sys
 import time
 
-from skel.miner.cuda_frontend import profile_file
-from skel.miner.cuda_macros import sanitize
+from skel.miner.cuda_frontend import kernel_definition_lines, profile_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             failures.append(f"{path}: {e}")
             continue
-        if "__global__" not in text and "_GLOBAL" not in text:
-            continue
-        if "__global__" not in sanitize(text).code:
-            continue  # only in comments, strings or #defines
+        if not kernel_definition_lines(text):
+            continue  # no __global__ definition: none, or only in comments, strings, #defines, prototypes
         with_global += 1
         try:
             profiles = profile_file(path)
@@ -55,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     dt = time.perf_counter() - t0
     pct = 100.0 * profiled / with_global if with_global else 0.0
     print(f"files scanned ({','.join(exts)}): {len(files)}")
-    print(f"files with __global__ in code: {with_global}")
+    print(f"files defining a __global__ function: {with_global}")
     print(f"files profiled: {profiled} ({pct:.1f} %), kernels: {kernels}, no kernel found: {empty}")
     print(f"time: {dt:.2f} s, {len(files) / dt:.1f} files/s scanned, {with_global / dt:.1f} kernel files/s")
     for line in failures[: args.failures]:

@@ -9,7 +9,7 @@ imported), every skeleton's conditions are evaluated on every kernel with the de
 evidence (mined instances, measured verdicts) comes from the catalog when one exists. A missing
 catalog file means "no evidence yet"; it is never created here.
 
-Ranking of applicable skeletons (documented in README / `skel catalog prompt --help`): measured
+Ranking of applicable skeletons (also in `skel catalog prompt --help`): measured
 wins first, then mined instances, then none; inside a tier more wins, then more instances, then
 the code. A run is a *measured win* when it has a median (it was timed on a GPU) and its verdict
 is one of WIN_VERDICTS; a loss likewise with LOSS_VERDICTS.
@@ -32,7 +32,6 @@ from skel.errors import UsageError
 
 WIN_VERDICTS = ("faster", "accepted", "win")
 LOSS_VERDICTS = ("slower", "rejected", "loss")
-CUDA_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".hip")
 TILE_NAME = re.compile(r"^(B[A-Z0-9_]*|BLOCK\w*|\w*_SIZE|\w*_BLOCK\w*|num_warps|num_stages)$")
 LINE_REF = re.compile(r"\blines? (\d+)")
 MAX_MEASUREMENTS = 4
@@ -187,30 +186,24 @@ def estimate_tokens(text: str) -> int:
 
 
 def profile_target(target: str | Path) -> tuple[str, str, list]:
-    """(language, text, profiles) of a Triton (.py) or CUDA file; UsageError names what is wrong."""
-    path = Path(target)
-    if not path.is_file():
-        raise UsageError(f"{target}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{target}: cannot read as UTF-8 text ({exc})") from None
-    if path.suffix in CUDA_SUFFIXES:
-        from skel.miner.cuda_frontend import profile_source as cuda_profiles
+    """(language, text, profiles) of a Triton or CUDA file, device functions included.
 
-        language = "cuda"
-        try:
-            profiles = cuda_profiles(text, str(target))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    The file is read as `skel match` reads it (``miner.match.read_target``: missing, binary,
+    non-UTF-8 and non-kernel files are UsageErrors naming the file).
+    """
+    from skel.miner.match import read_target
+
+    text, language = read_target(str(target))
+    if language == "cuda":
+        from skel.miner.cuda_frontend import profile_source as frontend
     else:
-        from skel.miner.triton_frontend import profile_source
-
-        language = "triton"
-        try:
-            profiles = profile_source(text, str(target))
-        except SyntaxError as exc:
-            raise UsageError(f"{target}:{exc.lineno}: does not parse as Python: {exc.msg}") from None
+        from skel.miner.triton_frontend import profile_source as frontend
+    try:
+        profiles = frontend(text, str(target))
+    except SyntaxError as exc:
+        raise UsageError(f"{target}:{exc.lineno}: does not parse as Python: {exc.msg}") from None
+    except ValueError as exc:  # the CUDA frontend's "path:line: why"
+        raise UsageError(str(exc)) from None
     if not profiles:
         what = "__global__ kernel" if language == "cuda" else "@triton.jit kernel"
         raise UsageError(f"{target}: no {what} found")

@@ -61,7 +61,11 @@ def fit_budget(brief: Brief, budget: int | None) -> Brief:
         current = replace(smaller, trimmed=current.trimmed + (label,))
         if _tokens(current) <= budget:
             return current
-    raise BudgetError(budget, _tokens(current), current)
+    # The footer names the budget, so the size depends on its digits: find the budget that fits itself.
+    needed = _tokens(current)
+    while _tokens(replace(current, budget=needed)) > needed:
+        needed = _tokens(replace(current, budget=needed))
+    raise BudgetError(budget, needed, replace(current, budget=needed))
 
 
 def _tokens(brief: Brief) -> int:

@@ -7,7 +7,9 @@ call is a shuffle, an exp2, an mma; what a PTX string does) lives in ``cuda_ops`
 """
 from __future__ import annotations
 
+import bisect
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 from skel.miner import cuda_ops as ops
@@ -69,7 +71,17 @@ class _Walker:
         self.math: list[MathOp] = []
         self.dots: list[Dot] = []
         self.axis_first: dict[int, int] = {}
-        self.guards = 0
+        self.guards: list[str] = []
+        self._dispatch = {
+            "ERROR": self._error, "for_statement": self._walked(self.loop),
+            "while_statement": self._walked(self.loop), "do_statement": self._walked(self.loop),
+            "for_range_loop": self._walked(self.loop), "declaration": self._walked(self.declaration),
+            "assignment_expression": self._walked(self.assignment), "update_expression": self._update,
+            "field_expression": self.axis_use, "call_expression": self.call, "gnu_asm_expression": self.asm,
+            "subscript_expression": self.subscript, "pointer_expression": self._pointer,
+            "binary_expression": self._binary, "if_statement": self._branch,
+            "conditional_expression": self._branch,
+        }
         self.errors: list[int] = []
         self.calls: dict[str, int] = {}
         self.loop_bounds: dict[int, list[str]] = {}
@@ -97,62 +109,88 @@ class _Walker:
         return target
 
     def edges(self) -> list[tuple[str, str]]:
+        """Each use reads the textually latest definition before it, plus, inside loops, every
+        later definition in the outermost enclosing loop (values carried round the back edge)."""
         out = []
+        ends: dict[str, list[int]] = {}
+        for name, defs in self.defs.items():
+            defs.sort(key=lambda d: d[0])
+            ends[name] = [d[0] for d in defs]
         for name, byte, target, loops in self.uses:
             if name.startswith(("pid:", "tid:")):
                 out.append((name, target))
                 continue
-            defs = self.defs.get(name, ())
-            before = [d for d in defs if d[0] <= byte]
-            srcs = {before[-1][2]} if before else set()
-            for ctx in loops:  # loop-carried: later definitions in an enclosing loop reach back
-                srcs.update(d[2] for d in defs if d[0] > byte and ctx in d[3])
+            defs = self.defs.get(name)
+            if not defs:
+                out.append((name, target))
+                continue
+            k = bisect.bisect_right(ends[name], byte)
+            srcs = [defs[k - 1][2]] if k else []
+            if loops:
+                outer_end = loops[0].node.end_byte
+                srcs.extend(defs[j][2] for j in range(k, bisect.bisect_right(ends[name], outer_end)))
             if not srcs:
-                srcs = {name}
-            out.extend((s, target) for s in sorted(srcs) if s != target)
+                srcs = [name]
+            out.extend((s, target) for s in srcs if s != target)
         return list(dict.fromkeys(out + self.extra_edges))
 
     # ---- walk -----------------------------------------------------------------------
     def walk(self, n) -> None:
-        t = n.type
-        if t == "ERROR":
-            self.errors.append(_line(n))
-        if t in _LOOPS:
-            return self.loop(n)
-        if t == "declaration":
-            return self.declaration(n)
-        if t == "assignment_expression":
-            return self.assignment(n)
-        if t == "update_expression":
-            arg = n.child_by_field_name("argument")
-            name = _base_name(arg)
-            if name:
-                self.define(name, n, (), self_dep=True)
-        elif t == "field_expression":
-            self.axis_use(n)
-        elif t == "call_expression":
-            self.call(n)
-        elif t == "gnu_asm_expression":
-            self.asm(n)
-        elif t == "subscript_expression":
-            self.subscript(n)
-        elif t == "pointer_expression" and n.child_by_field_name("operator") is not None \
-                and _t(n.child_by_field_name("operator")) == "*":
-            self.deref(n)
-        elif t == "binary_expression" and _t(n.child_by_field_name("operator")) == "/":
-            self.division(n, n.child_by_field_name("left"), n.child_by_field_name("right"))
-        if t in ("if_statement", "conditional_expression"):
-            cond = n.child_by_field_name("condition")
-            if cond is not None:
-                self.walk(cond)
-            self.guards += 1
-            for c in n.children:
-                if c != cond:
-                    self.walk(c)
-            self.guards -= 1
+        if n.child_count == 0:  # tokens: nothing to record (most nodes of a big kernel)
             return
+        t = n.type
+        handler = self._dispatch.get(t)
+        if handler is not None:
+            if handler(n):  # the handler walked the children itself
+                return
         for c in n.children:
             self.walk(c)
+
+    @staticmethod
+    def _walked(handler):
+        def run(n) -> bool:
+            handler(n)
+            return True
+        return run
+
+    def _error(self, n) -> bool:
+        self.errors.append(_line(n))
+        return False
+
+    def _update(self, n) -> bool:
+        name = _base_name(n.child_by_field_name("argument"))
+        if name:
+            self.define(name, n, (), self_dep=True)
+        return False
+
+    def _pointer(self, n) -> bool:
+        op = n.child_by_field_name("operator")
+        if op is not None and op.type == "*":
+            self.deref(n)
+        return False
+
+    def _binary(self, n) -> bool:
+        op = n.child_by_field_name("operator")
+        if op is not None and op.type == "/":
+            self.division(n, n.child_by_field_name("left"), n.child_by_field_name("right"))
+        return False
+
+    def _branch(self, n) -> bool:
+        """if / ?: - operations under a condition are guarded (``masked``) by it."""
+        cond = n.child_by_field_name("condition")
+        if cond is None:
+            return False
+        self.walk(cond)
+        text = " ".join(_t(cond).split())
+        if text.startswith("(") and text.endswith(")"):
+            text = text[1:-1].strip()
+        for field_name, guard in (("consequence", text), ("alternative", f"!({text})")):
+            branch = n.child_by_field_name(field_name)
+            if branch is not None:
+                self.guards.append(guard)
+                self.walk(branch)
+                self.guards.pop()
+        return True
 
     def loop(self, n) -> None:
         kind = _LOOPS[n.type]
@@ -191,7 +229,7 @@ class _Walker:
         bounds = [b for b in bounds if b != var]
         self.loops[index] = Loop(line=_line(n), end_line=n.end_point[0] + 1, var=var,
                                  iter_text=" ".join(header.split()), kind=kind,
-                                 is_time_loop=False, depth=len(self.loop_ctx))
+                                 is_time_loop=False, depth=len(self.loop_ctx), guards=tuple(self.guards))
         self.loop_bounds[index] = bounds
 
     def declaration(self, n) -> None:
@@ -264,7 +302,8 @@ class _Walker:
                       block: bool = False, pointer_node=None, space: str | None = None) -> str | None:
         """Record a memory op; returns its dataflow node ("load@LINE", "#2" for a second one)."""
         ptr = pointer_node if pointer_node is not None else n
-        names = [x for x, _ in _reads(ptr)]
+        reads = _reads(ptr)
+        names = [x for x, _ in reads]
         if space is None:
             base = ptr.child_by_field_name("argument") if ptr.type == "subscript_expression" else ptr
             based = {x for x, _ in _reads(base)} if base is not None else set(names)
@@ -275,8 +314,9 @@ class _Walker:
         self.op_nodes[node] = self.op_nodes.get(node, 0) + 1
         if self.op_nodes[node] > 1:
             node += f"#{self.op_nodes[node]}"
-        for src, byte in _reads(ptr):
-            self.uses.append((src, byte, node + ":addr", tuple(self.loop_ctx)))
+        loops = tuple(self.loop_ctx)
+        for src, byte in reads:
+            self.uses.append((src, byte, node + ":addr", loops))
         self.extra_edges.append((node + ":addr", node))
         if kind == "load" and self.target_node:
             self.extra_edges.append((node, self.target_node))
@@ -284,9 +324,10 @@ class _Walker:
         invariant = loop is None or not any(x in loop.defined for x in names)
         self.memops.append(MemOp(kind=kind, line=_line(n), pointer=" ".join(_t(ptr).split()),
                                  target=self.assign_target if kind == "load" else None,
-                                 masked=self.guards > 0, eviction_policy=evict, cache_modifier=modifier,
+                                 masked=bool(self.guards), eviction_policy=evict, cache_modifier=modifier,
                                  block_ptr=block, loop_line=loop.line if loop else None,
-                                 loop_invariant=invariant, node=node, space=space))
+                                 loop_invariant=invariant, guards=tuple(self.guards), node=node,
+                                 space=space))
         return node
 
     def subscript(self, n) -> None:
@@ -327,7 +368,8 @@ class _Walker:
         if red is not None:
             axis = _t(argv[2]) if red == "warp-shuffle" and len(argv) >= 3 else (
                 _t(argv[1]) if red == "warp-shuffle" and len(argv) == 2 else None)
-            self.reductions.append(Reduction(red, _line(n), " ".join(_t(n).split()), axis, loop))
+            self.reductions.append(Reduction(red, _line(n), " ".join(_t(n).split()), axis, loop,
+                                             tuple(self.guards)))
         mop = ops.math_call(name)
         if mop is not None:
             detail = [("fn", name)]
@@ -335,10 +377,12 @@ class _Walker:
                 detail.append(("arg", " ".join(_t(argv[0]).split())))
             if mop in ("rcp", "div") and argv:
                 detail.append(("denominator", " ".join(_t(argv[-1]).split())))
-            self.math.append(MathOp(mop, _line(n), " ".join(_t(n).split()), loop, tuple(detail)))
+            self.math.append(MathOp(mop, _line(n), " ".join(_t(n).split()), loop, tuple(detail),
+                                   tuple(self.guards)))
         if ops.is_dot_call(name, full):
             dtypes, prec = ops.dot_dtypes(full)
-            self.dots.append(Dot(_line(n), " ".join(_t(n).split()), prec, None, dtypes, loop))
+            self.dots.append(Dot(_line(n), " ".join(_t(n).split()), prec, None, dtypes, loop,
+                                 tuple(self.guards)))
 
     def asm(self, n) -> None:
         strings = [c for c in n.children if c.type in ("string_literal", "concatenated_string")]
@@ -371,7 +415,7 @@ class _Walker:
         loop = self.loop_ctx[-1].line if self.loop_ctx else None
         detail = (("denominator", " ".join(_t(den).split())),
                   ("denominator_sqrt", "yes" if re.search(r"\bsqrt", _t(den)) else "no"))
-        self.math.append(MathOp("div", _line(n), " ".join(_t(n).split()), loop, detail))
+        self.math.append(MathOp("div", _line(n), " ".join(_t(n).split()), loop, detail, tuple(self.guards)))
 
     def _is_int(self, n) -> bool:
         if n is None:
@@ -495,18 +539,21 @@ def _parents(edges) -> dict[str, set[str]]:
 
 def _mark_time_loops(loops: list[Loop], bounds: dict[int, list[str]], edges) -> list[Loop]:
     par = _parents(edges)
+    by_var: dict[str, list[str]] = {}
+    for node in par:
+        by_var.setdefault(node.split("@")[0], []).append(node)
     out = []
     for i, lp in enumerate(loops):
         names = bounds.get(i, [])
         hit = any(_TIME_NAME.search(x) for x in names)
         if not hit:  # the bound is computed from a sequence length: num_iters = cdiv(seq_len, TILE)
-            frontier = {d for a, b in edges for d in (b,) if b.split("@")[0] in names}
+            frontier = {d for x in set(names) for d in by_var.get(x, ())}
             seen: set[str] = set()
             for _ in range(3):
                 frontier = {p for x in frontier for p in par.get(x, ())} - seen
                 seen |= frontier
             hit = any(_TIME_NAME.search(x.split("@")[0]) for x in seen)
-        out.append(Loop(lp.line, lp.end_line, lp.var, lp.iter_text, lp.kind, hit, lp.depth))
+        out.append(Loop(lp.line, lp.end_line, lp.var, lp.iter_text, lp.kind, hit, lp.depth, lp.guards))
     return out
 
 
@@ -518,9 +565,9 @@ def _axes(first: dict[int, int], edges) -> list[ProgramAxis]:
     for axis in sorted(first):
         root = f"pid:{axis}"
         direct = children.get(root, [])
-        seen, order, todo = set(), [], list(direct)
+        seen, order, todo = set(), [], deque(direct)
         while todo:
-            x = todo.pop(0)
+            x = todo.popleft()
             if x in seen:
                 continue
             seen.add(x)

@@ -20,7 +20,7 @@ from skel.miner.cuda_body import analyze_body, dtypes_in
 from skel.miner.cuda_macros import Sanitized, sanitize
 from skel.miner.profile import KernelProfile, LaunchSite, Param
 
-__all__ = ["profile_source", "profile_file"]
+__all__ = ["profile_source", "profile_file", "kernel_definition_lines"]
 
 _GLOBAL = re.compile(r"\b__global__\b")
 _TEMPLATE_PARAM_TYPES = ("parameter_declaration", "optional_parameter_declaration",
@@ -42,6 +42,7 @@ class _Kernel:
     node: object  # function_definition
     template: object | None  # enclosing template_declaration
     fragment: bool  # recovered by re-parsing the kernel alone
+    truncated: int = 0  # closing braces missing at the end of the file (added for parsing)
 
 
 def profile_file(path: str) -> list[KernelProfile]:
@@ -103,6 +104,16 @@ def profile_source(text: str, path: str) -> list[KernelProfile]:
     return [_profile(k, path, san, launches, device_fns, file_notes) for k in kernels]
 
 
+def kernel_definition_lines(text: str) -> list[int]:
+    """Lines of ``__global__`` *definitions* in ``text`` (code only; prototypes, comments,
+    strings and #defines excluded), found without a parser: the coverage denominator."""
+    if "__global__" not in text and "_GLOBAL" not in text:
+        return []
+    san = sanitize(text)
+    return [san.text.count("\n", 0, m.start()) + 1 for m in _GLOBAL.finditer(san.code)
+            if _first_body_brace(san.code, m.start()) is not None]
+
+
 def _find_kernels(root):
     """(function_definition, template_declaration|None) for each __global__ definition."""
     out = []
@@ -143,17 +154,17 @@ def _recover(san: Sanitized, off: int, path: str):
     brace = _first_body_brace(code, off)
     if brace is None:
         return None, "declaration"
-    end = _matching_brace(code, brace)
-    if end is None:
-        return None, "failed"
+    end, open_braces = _matching_brace(code, brace)
+    if end is None:  # truncated (a split bundle): close the body after the end of the text,
+        end = len(code) - 1  # which leaves every earlier offset and line as it is
     blanked = (re.sub(r"[^\n]", " ", san.text[:start]) + san.text[start:end + 1]
-               + re.sub(r"[^\n]", " ", san.text[end + 1:]))
+               + re.sub(r"[^\n]", " ", san.text[end + 1:]) + "\n" + "}" * open_braces)
     root = _parser().parse(blanked.encode("utf-8")).root_node
     found = _find_kernels(root)
     if not found:
         return None, "failed"
     node, template = found[0]
-    return _Kernel(node, template, True), "ok"
+    return _Kernel(node, template, True, open_braces), "ok"
 
 
 def _definition_start(code: str, off: int) -> int:
@@ -187,17 +198,17 @@ def _first_body_brace(code: str, off: int) -> int | None:
     return None
 
 
-def _matching_brace(code: str, open_at: int) -> int | None:
+def _matching_brace(code: str, open_at: int) -> tuple[int | None, int]:
+    """(offset of the matching close brace, 0), or (None, braces still open at the end)."""
     depth = 0
-    for i in range(open_at, len(code)):
-        c = code[i]
-        if c == "{":
+    for m in re.finditer(r"[{}]", code[open_at:]):
+        if m.group() == "{":
             depth += 1
-        elif c == "}":
+        else:
             depth -= 1
             if depth == 0:
-                return i
-    return None
+                return open_at + m.start(), 0
+    return None, depth
 
 
 def text_of(node) -> str:
@@ -283,17 +294,36 @@ class _Launch:
     fn_text: str  # enclosing function, to resolve dim3 variables
 
 
+_LAUNCH_QUERY = """
+(call_expression (kernel_call_syntax)) @chevron
+(call_expression function: [(identifier) (qualified_identifier)] @fn) @api
+"""
+
+
+@lru_cache(maxsize=1)
+def _launch_query():
+    import tree_sitter
+    import tree_sitter_cuda
+
+    return tree_sitter.Query(tree_sitter.Language(tree_sitter_cuda.language()), _LAUNCH_QUERY)
+
+
 def _launch_sites(root) -> list[_Launch]:
+    import tree_sitter
+
+    caps = tree_sitter.QueryCursor(_launch_query()).captures(root)
     out = []
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.type == "call_expression":
-            kcs = next((c for c in n.children if c.type == "kernel_call_syntax"), None)
-            launch = _chevron_launch(n, kcs) if kcs is not None else _api_launch(n)
+    for call in caps.get("chevron", ()):
+        kcs = next(c for c in call.children if c.type == "kernel_call_syntax")
+        launch = _chevron_launch(call, kcs)
+        if launch is not None:
+            out.append(launch)
+    for fn in caps.get("fn", ()):
+        if fn.text.endswith((b"cudaLaunchKernel", b"cudaLaunchCooperativeKernel")):
+            launch = _api_launch(fn.parent)
             if launch is not None:
                 out.append(launch)
-        stack.extend(n.children)
+    out.sort(key=lambda l: l.line)
     return out
 
 
@@ -424,12 +454,14 @@ def _profile(k: _Kernel, path: str, san: Sanitized, launches, device_fns, file_n
     notes = list(file_notes) + list(body.notes)
     if k.fragment:
         notes.append("recovered by parsing the kernel alone (parse errors elsewhere in the file)")
+    if k.truncated:
+        notes.append(f"file ends inside the kernel ({k.truncated} closing brace(s) missing): profile is partial")
     sites = tuple(_launch_profile(l, tparams, fparams) for l in launches if l.name == short)
     start, end = head.start_byte, fn.end_byte
     kernel_code = san.code.encode("utf-8")[start:end].decode("utf-8", "replace")
     return KernelProfile(
         name=name, path=path, language="cuda",
-        line=fn.start_point[0] + 1, end_line=fn.end_point[0] + 1,
+        line=fn.start_point[0] + 1, end_line=min(fn.end_point[0] + 1, san.text.count("\n") + 1),
         params=tuple(tparams + fparams), program_axes=body.axes, loops=body.loops,
         memops=body.memops, reductions=body.reductions, dots=body.dots, math=body.math,
         dtypes=dtypes_in(kernel_code), launches=sites, dataflow=body.dataflow,

@@ -60,13 +60,13 @@ _NO_STRIP_AFTER = frozenset(
 _LEX = re.compile(
     r"""(?P<line_comment>//[^\n]*)
       | (?P<block_comment>/\*.*?\*/)
+      | (?P<raw>R"(?P<delim>[^()\\\s]{0,16})\(.*?\)(?P=delim)")
       | (?P<string>"(?:\\.|[^"\\\n])*")
       | (?P<char>'(?:\\.|[^'\\\n])*')
       | (?P<preproc>^[ \t]*\#(?:[^\n\\]|\\.|\\\n)*)
     """,
     re.VERBOSE | re.MULTILINE | re.DOTALL,
 )
-_TOKEN = re.compile(r"\[\[|::|->|[A-Za-z_]\w*|\S")
 _CAPS = re.compile(r"_*[A-Z][A-Z0-9_]*\Z")
 _TYPE_DECL = re.compile(r"\b(?:typename|class|struct|using|typedef)\s+([A-Za-z_]\w*)")
 _DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w+)(.*)", re.DOTALL)
@@ -90,7 +90,9 @@ def sanitize(text: str) -> Sanitized:
     directives: list[tuple[int, int, str, str]] = []  # (start, end, name, rest)
     for m in _LEX.finditer(text):
         kind = m.lastgroup
-        if kind == "string":  # keep the quotes: asm() strings are read later from the tree
+        if kind == "delim":
+            kind = "raw"
+        if kind in ("string", "raw"):  # keep the quotes: asm() strings are read later from the tree
             code[m.start() + 1 : m.end() - 1] = blank(m.group()[1:-1])
             continue
         code[m.start() : m.end()] = blank(m.group())
@@ -145,60 +147,71 @@ def _blank_range(buf: list[str], code: list[str], start: int, end: int) -> None:
             code[i] = " "
 
 
+_CANDIDATE = re.compile(r"\[\[|\b_*[A-Z][A-Z0-9_]*\b|\b(?:__align__|__cluster_dims__|__maxnreg__)\b")
+_PREV_WORD = re.compile(r"(?:[A-Za-z_]\w*|::|->|[^\s\w])\s*\Z")
+_NEXT = re.compile(r"\s*(\S)")
+
+
 def _strip_macros(code_text: str, buf: list[str], code: list[str]) -> list[str]:
-    tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(code_text)]
+    """Look only at candidate tokens (ALL-CAPS names, ``[[``, known attributes); their
+    neighbours are read from the text around them, which keeps 4 MB files fast."""
     type_names = set(_TYPE_DECL.findall(code_text)) | KNOWN_CAPS_TYPES
     stripped: list[str] = []
-    i, n = 0, len(tokens)
-    prev = None
-    while i < n:
-        tok, start, end = tokens[i]
+    resume = 0
+    for m in _CANDIDATE.finditer(code_text):
+        tok, start, end = m.group(), m.start(), m.end()
+        if start < resume:
+            continue
         if tok == "[[":  # C++ attribute: [[nodiscard]], [[likely]] ...
-            j = _skip_group(tokens, i, "[", "]")
-            if j is not None:
-                _blank_range(buf, code, start, tokens[j - 1][2])
-                i, prev = j, "]]"
-                continue
+            close = code_text.find("]]", end, end + 400)
+            if close >= 0:
+                _blank_range(buf, code, start, close + 2)
+                resume = close + 2
+            continue
         if tok in SPECIFIER_MACROS:
             _replace(buf, code, start, end, SPECIFIER_MACROS[tok])
             _note(stripped, tok)
-            i, prev = i + 1, tok
             continue
-        after = _skip_group(tokens, i + 1, "(", ")") if i + 1 < n and tokens[i + 1][0] == "(" else None
-        if ATTRIBUTE_CALLS.fullmatch(tok) and after is not None:
-            _blank_range(buf, code, start, tokens[after - 1][2])
+        attribute = ATTRIBUTE_CALLS.fullmatch(tok) is not None
+        if not attribute and (len(tok) < 3 or not _CAPS.match(tok) or tok in type_names):
+            continue
+        after = _after_group(code_text, end)
+        if attribute and after is not None:
+            _blank_range(buf, code, start, after)
             _note(stripped, tok)
-            i, prev = after, tok
+            resume = after
             continue
-        if (len(tok) >= 3 and _CAPS.match(tok) and tok not in type_names
-                and prev not in _NO_STRIP_AFTER):
-            j = after if after is not None else i + 1
-            if j < n and _starts_declaration(tokens[j][0]):
-                _blank_range(buf, code, start, tokens[j - 1][2])
-                _note(stripped, tok)
-                i, prev = j, tok
-                continue
-        prev = tok
-        i += 1
+        prev = _PREV_WORD.search(code_text, max(0, start - 64), start)
+        if prev is not None and prev.group().strip() in _NO_STRIP_AFTER:
+            continue
+        j = after if after is not None else end
+        nxt = _NEXT.match(code_text, j)
+        if nxt is not None and _starts_declaration(code_text[nxt.start(1):nxt.start(1) + 2]):
+            _blank_range(buf, code, start, j)
+            _note(stripped, tok)
+            resume = j
     return stripped
 
 
 def _starts_declaration(tok: str) -> bool:
-    return tok == "[[" or tok == "~" or (tok[0].isalpha() or tok[0] == "_")
+    return tok == "[[" or tok[:1] == "~" or (tok[:1].isalpha() or tok[:1] == "_")
 
 
-def _skip_group(tokens, i: int, open_: str, close: str) -> int | None:
-    """Index just past the balanced group opening at tokens[i], or None if unbalanced."""
+def _after_group(code_text: str, end: int) -> int | None:
+    """Offset just past a balanced ``(...)`` right after ``end`` (spaces allowed), or None."""
+    m = _NEXT.match(code_text, end)
+    if m is None or m.group(1) != "(":
+        return None
     depth = 0
-    for j in range(i, min(len(tokens), i + 4000)):
-        t = tokens[j][0]
-        if t == open_ or (t == "[[" and open_ == "["):
-            depth += 2 if t == "[[" else 1
-        elif t == close:
+    for i in range(m.start(1), min(len(code_text), m.start(1) + 4000)):
+        c = code_text[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
             depth -= 1
             if depth == 0:
-                return j + 1
-        elif t in (";", "{", "}") and open_ == "(":
+                return i + 1
+        elif c in ";{}":
             return None  # a statement boundary inside "(...)": not an argument list
     return None
 

@@ -218,7 +218,8 @@ class KernelProfile:
         return cls(**d)
 
 
-_ROW_FIELDS = frozenset({"params", "program_axes", "loops", "memops", "reductions", "dots", "math", "launches"})
+_ROW_FIELDS = frozenset({"params", "program_axes", "loops", "memops", "reductions", "dots", "math", "launches",
+                         "shared"})
 
 
 def _tuplify(row: dict) -> dict:

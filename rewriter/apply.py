@@ -282,9 +282,14 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
         for shape in (cand.gate or {}).get("shapes", []):
             perf = shape.get("perf")
             numerics = shape.get("numerics")
+            extra = [("label", cand.label)]
             if perf:
                 verdict, metric = perf["verdict"], "speedup"
                 median, low, high, unit = perf["speedup"], perf["speedup_low"], perf["speedup_high"], "x"
+                extra += [("baseline_roofline_pct", perf["baseline_roofline_pct"]),
+                          ("candidate_roofline_pct", perf["candidate_roofline_pct"]),
+                          ("baseline_us", perf["baseline"]["median_us"]),
+                          ("candidate_us", perf["candidate"]["median_us"])]
             else:
                 verdict = "numerics-pass" if numerics and numerics.get("passed") else "numerics-fail"
                 metric, median, low, high, unit = "numerics", None, None, None, ""
@@ -293,7 +298,7 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
                 shape=shape["shape"], dtype=cand.gate.get("dtype", ""), metric=metric, verdict=verdict,
                 median=median, ci_low=low, ci_high=high, unit=unit, gpu=_gpu_name(result.device),
                 torch_version=_version("torch"), triton_version=_version("triton"), source_hash=source_hash,
-                reason=cand.reason, extra=(("label", cand.label),),
+                reason=cand.reason, extra=tuple(extra),
             ))
     if not runs:
         return

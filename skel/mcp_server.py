@@ -184,7 +184,7 @@ class SkelTools:
             why = (data or {}).get("error") if isinstance(data, dict) else None
             raise ToolError(f"`skel {' '.join(argv)}` failed (exit {proc.returncode}): "
                             f"{why or stderr[-1500:] or proc.stdout.strip()[-1500:] or 'no output'}")
-        meaning = {0: "ok", 1: "rejected" if verb == "validate" else "findings"}.get(proc.returncode, "error")
+        meaning = {0: "accepted", 1: "rejected" if verb == "validate" else "nothing accepted"}.get(proc.returncode, "error")
         return {"command": "skel " + " ".join(argv), "exit_code": proc.returncode, "outcome": meaning,
                 "result": data, "stderr": stderr[-2000:]}
 

@@ -67,10 +67,3 @@ def test_gate_survives_a_crash_and_accepts_the_honest_kernel_next():
     honest = validate("kda_decode", KERNEL, shapes="ci", seeds=(0, 1), device="cpu")
     assert honest.accepted, honest.reasons
     assert all(s.numerics.passed and s.perf is None and "not measured" in s.perf_note for s in honest.shapes)
-
-
-def test_cheater_files_are_not_silently_honest():
-    # Every dishonest file still computes something close to KDA: the reasons above come from
-    # the specific cheat, not from a broken fixture. The honest wrapper must pass.
-    wrapper = CHEATERS.parent / "cheaters" / "state_not_updated.py"
-    assert "clone()" in wrapper.read_text()

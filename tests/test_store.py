@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -508,3 +509,23 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
                 f"{tag}-{i}" for i in range(100)}
             assert sorted(dict(f.params)["i"] for f in cat.findings(kind="instance") if f.path.startswith(tag)) == list(range(100))
         assert cat._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+
+def test_switch_to_wal_waits_for_a_writer_instead_of_failing(tmp_path):
+    # SQLite answers "database is locked" at once (no busy handler) when a journal-mode switch
+    # meets another connection's write lock; several processes opening a new catalog together hit it.
+    db = tmp_path / "c.sqlite"
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    conn.execute("BEGIN")
+    schema.create_current(conn)  # a current catalog still in rollback-journal mode
+    conn.execute("COMMIT")
+    conn.execute("BEGIN IMMEDIATE")  # another writer holds the write lock for a moment
+    releaser = threading.Timer(0.3, lambda: conn.execute("COMMIT"))
+    releaser.start()
+    try:
+        with open_catalog(db) as cat:
+            assert cat._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        releaser.join()
+        conn.close()

@@ -79,6 +79,10 @@ SPEC = TargetSpec(
         ),
         "t1": tuple(Shape.of(N=n, T=1, H=16, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
         "t8": tuple(Shape.of(N=n, T=8, H=16, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
+        # Issue 5's figures: single-token and 8-token decode across batch sizes.
+        "bench": tuple(
+            Shape.of(N=n, T=t, H=16, HV=32, K=128, V=128) for t in (1, 8) for n in (1, 8, 32, 64, 128, 256)
+        ),
     },
     tolerances={
         "bfloat16": Tolerance(rel_rms=8e-3, max_abs=3e-2),

@@ -88,6 +88,10 @@ SPEC = TargetSpec(
         ),
         "t1": tuple(Shape.of(N=n, T=1, H=32, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
         "t8": tuple(Shape.of(N=n, T=8, H=32, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
+        # Issue 5's figures: single-token and 8-token decode across batch sizes.
+        "bench": tuple(
+            Shape.of(N=n, T=t, H=32, HV=32, K=128, V=128) for t in (1, 8) for n in (1, 8, 32, 64, 128, 256)
+        ),
     },
     tolerances={
         # o in bf16: output rounding alone is ~2e-3 rel-RMS; FLA's own tests accept 5e-3.

@@ -17,12 +17,12 @@ profile names by line (the profile carries lines, not expressions for every valu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Iterable
 
 from skel.miner.profile import KernelProfile
-from skel.miner.detectors.text import names_in  # noqa: F401  (re-exported for detectors)
+from skel.miner.detectors.text import names_in
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,23 @@ class Ctx:
 
     def statement(self, line: int) -> str:
         """The logical statement starting at ``line`` (joins lines while brackets are open)."""
-        out, depth, i = [], 0, line
-        while 1 <= i <= len(self._lines) and i < line + 40:
-            raw = _strip_comment(self._lines[i - 1], self.p.language)
-            out.append(raw.strip())
-            depth += _balance(raw, self.p.language)
-            if depth <= 0 and not raw.rstrip().endswith("\\"):
-                break
-            i += 1
-        return " ".join(s for s in out if s)
+        return self._statement(line)[0]
+
+    def _statement(self, line: int) -> tuple[str, int]:
+        """(statement text, number of physical lines), cached per line."""
+        cache = self.cache.setdefault("_stmt", {})
+        hit = cache.get(line)
+        if hit is None:
+            out, depth, i = [], 0, line
+            while 1 <= i <= len(self._lines) and i < line + 40:
+                raw = _strip_comment(self._lines[i - 1], self.p.language)
+                out.append(raw.strip())
+                depth += _balance(raw, self.p.language)
+                if depth <= 0 and not raw.rstrip().endswith("\\"):
+                    break
+                i += 1
+            hit = cache[line] = (" ".join(s for s in out if s), i - line + 1)
+        return hit
 
     @property
     def body(self) -> range:
@@ -124,10 +132,9 @@ class Ctx:
         for ln in self.body:
             if ln < skip_to:
                 continue
-            stmt = self.statement(ln)
-            n_lines = max(1, _count_continuation(self._lines, ln, self.p.language))
-            skip_to = ln + n_lines
-            a = _parse_assign(stmt, ln, self.p.language)
+            stmt, n_lines = self._statement(ln)
+            skip_to = ln + max(1, n_lines)
+            a = _parse_assign(stmt, ln, self.p.language) if ("=" in stmt) else None
             if a:
                 rows.append(a)
         return tuple(rows)

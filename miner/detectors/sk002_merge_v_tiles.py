@@ -9,11 +9,12 @@ one program with V-independent work before the loop that the loop reuses.
 """
 from __future__ import annotations
 
+import ast
 import re
 
 from skel.miner import dataflow
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
-from skel.miner.pyexpr import Unresolved, evaluate_text
+from skel.miner.pyexpr import Unresolved, evaluate
 
 CODE = "SK002"
 LANGUAGES = ("triton",)
@@ -41,18 +42,34 @@ def _def_line(ctx: Ctx, var: str, fallback: int) -> int:
 
 
 def _resolve(ctx: Ctx, name: str, env: dict) -> int | None:
+    vals = _alternatives(ctx, name, env)
+    return min(vals) if vals else None
+
+
+def _alternatives(ctx: Ctx, name: str, env: dict) -> list[int]:
+    """Every value a launch passes for ``name``; both branches of ``a if cond else b`` when the
+    condition is a runtime value (``min(8, next_power_of_2(V)) if gv is None else ...``)."""
     v = ctx.launch_value(name)
     if isinstance(v, bool):
-        return None
+        return []
     if isinstance(v, int):
-        return v
-    if isinstance(v, str):
+        return [v]
+    if not isinstance(v, str):
+        return []
+    try:
+        tree = ast.parse(v.strip(), mode="eval").body
+    except SyntaxError:
+        return []
+    branches = [tree.body, tree.orelse] if isinstance(tree, ast.IfExp) else [tree]
+    out = []
+    for b in branches:
         try:
-            r = evaluate_text(v, env)
-            return int(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else None
+            r = evaluate(b, env)
         except Unresolved:
-            return None
-    return None
+            continue
+        if isinstance(r, (int, float)) and not isinstance(r, bool):
+            out.append(int(r))
+    return out
 
 
 def _tiles(ctx: Ctx) -> dict | None:
@@ -72,6 +89,9 @@ def _tiles(ctx: Ctx) -> dict | None:
         bv = max(bvs)  # the config with the fewest tiles decides whether tiles are always > 1
     if bv:
         out = {"BV": bv, "V": v, "NV": -(-v // bv), "V_assumed": v_assumed}
+        alts = _alternatives(ctx, "BV", env)
+        if len(alts) > 1:
+            out["BV_alternatives"] = alts
         if ctx.p.launches:
             out["launch_line"] = ctx.p.launches[0].line
     ctx.cache[CODE]["tiles"] = out

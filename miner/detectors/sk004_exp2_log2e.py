@@ -10,6 +10,7 @@ multiply, so the log2(e) factor folds into that multiply at no extra instruction
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from skel.miner.detectors.base import LOAD_CALL, Check, Ctx, Hit, no, yes
 from skel.miner.detectors.text import find_calls
@@ -37,21 +38,47 @@ def _host_prescale(ctx: Ctx) -> str | None:
     """A line outside every kernel body that scales by log2(e) (a host-side pre-scale)."""
     cache = ctx.cache.setdefault(CODE, {})
     if "host" not in cache:
-        cache["host"] = None
-        in_doc = False
-        for i, raw in enumerate(ctx.source.splitlines(), 1):
-            quotes = raw.count('"""') + raw.count("'''")
-            was_doc, in_doc = in_doc, in_doc ^ (quotes % 2 == 1)
-            if was_doc or quotes or ctx.p.line <= i <= ctx.p.end_line or not LOG2E.search(raw):
-                continue
-            text = raw.strip()
-            if text.startswith(("#", "//", "import ", "from ")) or re.match(r"^[A-Z0-9_]+\s*(:\s*[\w\.]+)?\s*=", text):
-                continue  # defining or importing the constant is not using it
-            if _in_kernel(ctx, i):
-                continue  # another kernel's own folding says nothing about this kernel's inputs
-            cache["host"] = f"line {i}: {text}"
-            break
+        rows = [(i, t) for i, t in _log2e_lines(ctx.source) if not (ctx.p.line <= i <= ctx.p.end_line) and not _in_kernel(ctx, i)]
+        cache["host"] = f"line {rows[0][0]}: {rows[0][1]}" if rows else None
     return cache["host"]
+
+
+@lru_cache(maxsize=16)
+def _log2e_lines(source: str) -> tuple[tuple[int, str], ...]:
+    """Code lines of a file that use a log2(e) constant outside strings and comments (not the
+    import or the definition of the constant)."""
+    if not LOG2E.search(source):
+        return ()
+    lines = source.splitlines()
+    code = _code_only(source)
+    out = []
+    for i, text in code.items():
+        if not LOG2E.search(text):
+            continue
+        t = lines[i - 1].strip()
+        # a module-level ``RCP_LN2 = 1.44...`` defines the constant; an indented ``scale=RCP_LN2,``
+        # inside a call passes it (that is a use)
+        definition = not lines[i - 1][:1].isspace() and re.match(r"^[A-Za-z_]\w*\s*(?::\s*[\w\.]+)?\s*=\s*(.+?)$", t)
+        if t.startswith(("import ", "from ")) or (definition and LOG2E.fullmatch(definition.group(1).strip())):
+            continue  # defining or importing the constant is not using it
+        out.append((i, t))
+    return tuple(sorted(out))
+
+
+def _code_only(source: str) -> dict[int, str]:
+    """Per line, the text of its code tokens (strings and comments dropped)."""
+    import io
+    import tokenize
+
+    out: dict[int, str] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in (tokenize.STRING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE):
+                continue
+            out[tok.start[0]] = out.get(tok.start[0], "") + " " + tok.string
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return {i: t for i, t in enumerate(source.splitlines(), 1) if not t.lstrip().startswith("#")}
+    return {i: t.strip() for i, t in out.items()}
 
 
 def _in_kernel(ctx: Ctx, line: int) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from skel.miner import dataflow
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
-from skel.miner.detectors.text import names_in
 
 CODE = "SK006"
 STREAMING_MODIFIERS = (".cs", ".lu", ".cg", "__ldcs", "__ldlu", "__stcs", "__stwt", "__ldcg", "L1::no_allocate", "evict_first", "evict_last")

@@ -24,6 +24,13 @@ def _default(d) -> bool:
 
 
 def _operands(ctx: Ctx, d) -> list[str]:
+    cache = ctx.cache.setdefault(CODE, {}).setdefault("ops", {})
+    if d.line not in cache:
+        cache[d.line] = _parse_operands(ctx, d)
+    return cache[d.line]
+
+
+def _parse_operands(ctx: Ctx, d) -> list[str]:
     stmt = ctx.statement(d.line)
     calls = find_calls(stmt, ("tl.dot",))
     if not calls:
@@ -50,6 +57,13 @@ def _split_args(args: str) -> list[str]:
 
 
 def _fp32(ctx: Ctx, d) -> bool:
+    cache = ctx.cache.setdefault(CODE, {}).setdefault("fp32", {})
+    if d.line not in cache:
+        cache[d.line] = _operands_fp32(ctx, d)
+    return cache[d.line]
+
+
+def _operands_fp32(ctx: Ctx, d) -> bool:
     dts = [t.lower() for t in d.operand_dtypes]
     if dts and all(t in ("fp32", "float32", "tl.float32") for t in dts):
         return True
@@ -84,6 +98,13 @@ def _result_var(ctx: Ctx, d) -> str | None:
 
 def _chain(ctx: Ctx, d) -> str | None:
     """Where the dot's result is carried into a tl.dot (itself in a loop, or another one)."""
+    cache = ctx.cache.setdefault(CODE, {}).setdefault("chain", {})
+    if d.line not in cache:
+        cache[d.line] = _find_chain(ctx, d)
+    return cache[d.line]
+
+
+def _find_chain(ctx: Ctx, d) -> str | None:
     var = _result_var(ctx, d)
     if not var:
         return None

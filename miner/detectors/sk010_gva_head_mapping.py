@@ -33,7 +33,8 @@ def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
 
 
 def _enclosing_function(ctx: Ctx, line: int) -> int | None:
-    lines = ctx.source.splitlines()
+    """The line of the ``def`` that encloses ``line`` (by indentation), or None."""
+    lines = ctx._lines
     if not (1 <= line <= len(lines)):
         return None
     indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())

@@ -88,7 +88,7 @@ def _used_elsewhere(ctx: Ctx, var: str, ln: int, launch_line: int) -> str | None
     """A use of ``var`` in the launching function other than the launch (returned, saved...)."""
     start = _enclosing_function(ctx, launch_line) or ln
     pat = re.compile(rf"\b{re.escape(var)}\b")
-    lines = ctx.source.splitlines()
+    lines = ctx._lines
     indent = len(lines[start - 1]) - len(lines[start - 1].lstrip())
     end = launch_line
     for i in range(launch_line + 1, len(lines) + 1):

@@ -55,6 +55,12 @@ def _split(ctx: Ctx) -> str | None:
     return None
 
 
+def _from_lse(ctx: Ctx, name: str, line: int, lse_vars: set[str]) -> bool:
+    if name in lse_vars:
+        return True
+    return any(set(a.targets) & lse_vars or lse_vars & set(re.findall(r"[A-Za-z_]\w*", a.rhs)) for a in ctx.closure(name, line, depth=2))
+
+
 def kv_loop_online_softmax(ctx: Ctx) -> Check:
     rows = _online_softmax(ctx)
     if not rows:
@@ -97,13 +103,19 @@ def instances(ctx: Ctx) -> list[Hit]:
     if split and lse_stores:
         m = lse_stores[0]
         out.append(Hit.at(m.line, m.line, split=split, lse_store=ctx.text(m.line)))
-    lse_loads = [m for m in ctx.p.memops if m.kind == "load" and LSE_NAME.search(m.pointer + " " + (m.target or ""))]
+    lse_loads = [m for m in ctx.p.memops if m.kind == "load" and m.target and LSE_NAME.search(m.pointer + " " + m.target)]
     if lse_loads and not lse_stores:
-        rescale = [
-            a for a in ctx.assigns
-            if re.search(r"exp2?\s*\(", a.rhs) and any(re.search(rf"\b{re.escape(m.target)}\b", a.rhs) for m in lse_loads if m.target)
-        ]
-        if rescale:
-            a = rescale[0]
-            out.append(Hit.at(a.line, a.line, merge=f"{', '.join(a.targets)} = {a.rhs}", lse_load=lse_loads[0].line))
+        # a merge rescales each split by exp(lse_i - max_j lse_j): both terms come from LSE loads
+        lse_vars = {m.target for m in lse_loads}
+        for a in ctx.assigns:
+            for call in re.finditer(r"exp2?\s*\(", a.rhs):
+                from skel.miner.detectors.text import call_args
+
+                arg = call_args(a.rhs, call.end() - 1)
+                names = [n for n in re.findall(r"[A-Za-z_]\w*", arg) if n not in ("tl", "None")]
+                if len(names) >= 2 and all(_from_lse(ctx, n, a.line, lse_vars) for n in names):
+                    out.append(Hit.at(a.line, a.line, merge=f"{', '.join(a.targets)} = {a.rhs}", lse_load=lse_loads[0].line))
+                    break
+            if out and out[-1].line == a.line:
+                break
     return out

@@ -68,7 +68,3 @@ def divisions(text: str) -> list[tuple[str, str]]:
         out.append((text[: m.start()], operand_at(text, m.end())))
     return out
 
-
-def strip_casts(expr: str) -> str:
-    """Drop trailing ``.to(...)`` casts: ``tl.sum(x).to(tl.float32)`` -> ``tl.sum(x)``."""
-    return re.sub(r"\.to\([^()]*\)$", "", expr.strip())
