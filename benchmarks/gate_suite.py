@@ -100,9 +100,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results", help="folder for gate_suite.json and gate_h200.md")
     parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--render", metavar="JSON", help="only rebuild gate_h200.md in --out from a saved gate_suite.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        (out / "gate_h200.md").write_text(render(json.loads(Path(args.render).read_text())))
+        return 0
     report = {"environment": environment(), "self": {}, "chain": None, "tf32x3_gate": None}
     folder = Path(tempfile.mkdtemp(prefix="gate-suite-"))
 
@@ -140,10 +144,12 @@ def _e(x) -> str:
 
 
 def _family_table(name: str, res: dict, ratio: str = "self/self ratio") -> list[str]:
-    if "error" in res:
-        return [f"### {name}", "", f"error: {res['error']}", ""]
+    if "shapes" not in res:  # the part itself failed
+        return [f"### {name}", "", f"error: {res.get('error')}", ""]
     lines = [f"### {name}: {'accepted' if res['accepted'] else 'REJECTED'} against itself "
              f"({res['dtype']}, seeds {', '.join(map(str, res['seeds']))}, {res['wall_s']} s)", ""]
+    if res.get("error"):
+        lines += [f"cannot judge: {res['error']}", ""]
     if res["reasons"]:
         lines += [f"- {r}" for r in res["reasons"]] + [""]
     outs = None
