@@ -139,6 +139,34 @@ def main(argv=None) -> int:
 
 
 # -- Markdown ---------------------------------------------------------------------------------------
+# Upstream figures from FACTS.md (fla-core 0.6.0 on the same H200 model), us per call, to place
+# the suite's "before" kernels: (family, shape label) -> upstream median.
+FACTS_UPSTREAM = {
+    ("kda_decode", "N64-T1-H32-HV32-K128-V128"): 88.6,
+    ("kda_decode", "N256-T1-H32-HV32-K128-V128"): 336.6,
+    ("kda_decode", "N64-T4-H32-HV32-K128-V128"): 197.8,
+    ("kda_decode", "N64-T8-H32-HV32-K128-V128"): 376.7,
+    ("kda_decode", "N256-T8-H32-HV32-K128-V128"): 1541.0,
+    ("gdn_decode", "N64-T1-H16-HV32-K128-V128"): 94.6,
+    ("gdn_decode", "N256-T1-H16-HV32-K128-V128"): 368.7,
+    ("gdn_decode", "N64-T8-H16-HV32-K128-V128"): 211.6,
+}
+
+
+def _facts_section(report: dict) -> list[str]:
+    rows = []
+    for (family, label), upstream in FACTS_UPSTREAM.items():
+        res = report["self"].get(family) or {}
+        shape = next((s for s in res.get("shapes", []) if s["shape"] == label and s.get("perf")), None)
+        if shape:
+            ours = shape["perf"]["baseline"]["median_us"]
+            rows.append(f"| {family} | {label} | {upstream:.1f} | {ours:.1f} | {upstream / ours:.2f} |")
+    if not rows:
+        return []
+    return ["## The suite's baselines next to FACTS.md's upstream figures", "",
+            "| family | shape | upstream (FACTS.md) us | this kernel us | upstream / this |", "|---|---|---|---|---|",
+            *rows, ""]
+
 def _e(x) -> str:
     return "-" if x is None or isinstance(x, str) else f"{x:.1e}"
 
@@ -200,6 +228,7 @@ def render(report: dict) -> str:
         p = first["perf"]
         lines += [f"Measured: device copy {p['copy_gbps']:.0f} GB/s (read + write), TF32 matmul "
                   f"{p['matmul_tflops']:.0f} TFLOP/s.", ""]
+    lines += _facts_section(report)
     for name, res in report["self"].items():
         lines += _family_table(name, res)
     noisy = [(n, s["shape"], s["perf"]["verdict"]) for n, r in report["self"].items() if "shapes" in r

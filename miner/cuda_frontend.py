@@ -152,8 +152,11 @@ def _recover(san: Sanitized, off: int, path: str):
     code = san.code
     start = _definition_start(code, off)
     brace = _first_body_brace(code, off)
-    if brace is None:
-        return None, "declaration"
+    if brace is None:  # a prototype, if it parses as one
+        semi = code.find(";", off)
+        proto = re.sub(r"[^\n]", " ", san.text[:start]) + san.text[start:semi + 1]
+        ok = semi >= 0 and not _parser().parse(proto.encode("utf-8")).root_node.has_error
+        return None, "declaration" if ok else "failed"
     end, open_braces = _matching_brace(code, brace)
     if end is None:  # truncated (a split bundle): close the body after the end of the text,
         end = len(code) - 1  # which leaves every earlier offset and line as it is

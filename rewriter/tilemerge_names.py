@@ -63,35 +63,35 @@ def rename(node, mapping: dict[str, str]):
     return substitute(node, {k: cst.Name(v) for k, v in mapping.items()})
 
 
-def _int(node: cst.BaseExpression, marks: set[int]) -> int | None:
-    if id(node) in marks and isinstance(node, cst.Integer):
-        return int(node.value)
-    return None
+_TILE = "__skel_subtile__"  # placeholders while simplifying (libcst rebuilds nodes, so no identity marks)
+_ZERO = "__skel_zero__"
+
+
+def _is(node: cst.BaseExpression, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
 
 
 class _Simplify(cst.CSTTransformer):
-    """``0 * X`` -> 0, ``1 * X`` -> X, ``X + 0`` -> X, only for the literals a sub-tile
-    substitution inserted (``marks``): what replacing ``i_v`` by a sub-tile number leaves."""
+    """With the tile index replaced by the sub-tile number j: ``j * X`` -> ``X`` for j = 1,
+    -> 0 for j = 0 (and ``E + 0`` -> ``E``), -> ``j * X`` otherwise. Only the inserted
+    number is simplified; the user's own arithmetic is left as it was."""
 
-    def __init__(self, marks: set[int]):
-        self.marks = marks
+    def __init__(self, number: int):
+        self.number = number
 
     def leave_BinaryOperation(self, original, updated: cst.BinaryOperation):
-        l, r = _int(updated.left, self.marks), _int(updated.right, self.marks)
-        if isinstance(updated.operator, cst.Multiply):
-            if l == 0 or r == 0:
-                zero = cst.Integer("0")
-                self.marks.add(id(zero))
-                return zero
-            if l == 1:
-                return _keep_parens(updated.right, updated)
-            if r == 1:
-                return _keep_parens(updated.left, updated)
+        l, r = updated.left, updated.right
+        if isinstance(updated.operator, cst.Multiply) and (_is(l, _TILE) or _is(r, _TILE)):
+            other = r if _is(l, _TILE) else l
+            if self.number == 0:
+                return cst.Name(_ZERO)
+            if self.number == 1:
+                return _keep_parens(other, updated)
         if isinstance(updated.operator, cst.Add):
-            if l == 0:
-                return _keep_parens(updated.right, updated)
-            if r == 0:
-                return _keep_parens(updated.left, updated)
+            if _is(l, _ZERO):
+                return _keep_parens(r, updated)
+            if _is(r, _ZERO):
+                return _keep_parens(l, updated)
         return updated
 
 
@@ -102,9 +102,8 @@ def _keep_parens(inner: cst.BaseExpression, outer: cst.BinaryOperation) -> cst.B
 
 
 def substitute_number(node, var: str, number: int, renames: dict[str, str]):
-    """``node`` with ``var`` replaced by the literal ``number`` (then simplified) and names renamed."""
-    lit = cst.Integer(str(number))
+    """``node`` with ``var`` replaced by the literal ``number`` (simplified) and names renamed."""
     mapping: dict[str, cst.BaseExpression] = {k: cst.Name(v) for k, v in renames.items()}
-    mapping[var] = lit
-    out = substitute(node, mapping)
-    return out.visit(_Simplify({id(lit)}))
+    mapping[var] = cst.Name(_TILE)
+    out = substitute(node, mapping).visit(_Simplify(number))
+    return substitute(out, {_TILE: cst.Integer(str(number)), _ZERO: cst.Integer("0")})

@@ -64,15 +64,24 @@ def _constexpr_test(test: str, consts: set[str]) -> bool:
 
 
 def _root_params(expr: cst.BaseExpression, defs: dict, params: set[str], depth: int = 0) -> set[str]:
-    """Kernel parameters a pointer expression is built on (followed through assignments)."""
-    out: set[str] = set()
-    for n in C.names_in(expr):
-        if n in params:
-            out.add(n)
-        elif depth < 8:
-            for v in defs.get(n, ()):
-                out |= _root_params(v, defs, params, depth + 1)
-    return out
+    """Pointer parameters an address is based on: the operands of its ``+``/``-`` chain,
+    followed through assignments (``p_o = o + ...`` -> {"o"}); products are offsets."""
+    if depth > 8:
+        return set()
+    if isinstance(expr, cst.Name):
+        if expr.value in params:
+            return {expr.value}
+        out: set[str] = set()
+        for v in defs.get(expr.value, ()):
+            out |= _root_params(v, defs, params, depth + 1)
+        return out
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+        return _root_params(expr.left, defs, params, depth + 1) | _root_params(expr.right, defs, params, depth + 1)
+    if isinstance(expr, cst.Subscript):
+        return _root_params(expr.value, defs, params, depth + 1)
+    if isinstance(expr, cst.IfExp):
+        return _root_params(expr.body, defs, params, depth + 1) | _root_params(expr.orelse, defs, params, depth + 1)
+    return set()
 
 
 def _stepped_pointers(loop: cst.For, loop_assigned: set[str]) -> dict[str, tuple[cst.BaseExpression, tuple, int]]:
@@ -132,7 +141,7 @@ def prefetch(func: cst.FunctionDef, names: NameAllocator, pos) -> tuple[cst.Func
         return func, [], "no step-1 range loop with loads in the kernel body"
     start, stop = _loop_bounds(loop)
     consts = C.constexpr_params(func)
-    params = {p.name.value for p in C.params(func)}
+    params = {p.name.value for p in C.params(func) if p.name.value not in consts}
     defs = C.assignments(func)
     loop_assigned = C.assigned_names(loop.body)
     ivar_node = loop.target

@@ -167,7 +167,7 @@ def _context():
         )
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(["torch", "skel.validate.worker", "skel.validate.numerics"])
+            ctx.set_forkserver_preload(["torch", "skel.validate.worker", "skel.validate.judge"])
         _CONTEXT = ctx
     return _CONTEXT
 

@@ -70,7 +70,8 @@ def main(request: Request, conn) -> None:
 
 def _run(request: Request, send) -> Outcome:
     from skel.validate.load import TargetError, load_module, load_spec, signature_problem
-    from skel.validate.numerics import ShapeJudge, describe_exception
+    from skel.validate.judge import ShapeJudge
+    from skel.validate.numerics import describe_exception
     from skel.validate.spec import Shape
 
     try:

@@ -1,0 +1,176 @@
+"""SK002 launch site: the grid loses its V-tile factor, BV becomes the sub-tile width.
+
+At each ``kernel[grid](...)`` launch in the file:
+- the argument bound to the tile constexpr (``BV=BV``; ``BV = 32`` on the host) tells whether
+  the grid splits V at all: ``next_power_of_2(V)`` covers V in one tile, nothing to merge;
+- the grid's tile count (``triton.cdiv(V, BV)``, or a name assigned it, as a factor of a flat
+  grid or as a grid axis of its own) goes when one program serves a head (P = 1), or becomes
+  ``cdiv(V, BV * NS)`` for P programs per head each owning NS sub-tiles;
+- BV is set where it was set, to ``next_power_of_2(cdiv(V, P * NS))``, so that P programs of
+  NS sub-tiles cover V; ``num_warps`` is the variant's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from skel.rewriter import cst as C
+from skel.rewriter.tilemerge_axis import TileAxis
+
+
+@dataclass
+class LaunchEdit:
+    edits: dict  # original node -> (updated node -> new node)
+    lines: list  # (node, description) for Change records
+
+
+def _binding(call: cst.Call, kernel: cst.FunctionDef, param: str) -> cst.Arg | None:
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == param:
+            return a
+    names = [p.name.value for p in C.params(kernel)]
+    pos = [a for a in call.args if a.keyword is None and a.star == ""]
+    i = names.index(param) if param in names else -1
+    return pos[i] if 0 <= i < len(pos) else None
+
+
+def _host_assigns(host: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
+    out: dict[str, list[cst.Assign]] = {}
+    for small, *_ in C.walk(host.body.body):
+        name = C.single_target(small)
+        if name and isinstance(small, cst.Assign):
+            out.setdefault(name, []).append(small)
+    return out
+
+
+def _covers(value: cst.BaseExpression) -> bool:
+    """``next_power_of_2(D)`` (or a max with it): one tile spans the dimension."""
+    if isinstance(value, cst.Call):
+        fn = C.last_part(C.call_name(value))
+        if fn == "next_power_of_2":
+            return True
+        if fn == "max":
+            return any(_covers(a.value) for a in value.args)
+    return False
+
+
+def _cdiv_of(node: cst.BaseExpression, block_text: str, assigns) -> cst.Call | None:
+    """The ``cdiv(D, BV)`` call ``node`` is (directly or through one host assignment)."""
+    if isinstance(node, cst.Name) and len(assigns.get(node.value, ())) == 1:
+        node = assigns[node.value][0].value
+    if isinstance(node, cst.Call) and C.last_part(C.call_name(node)) == "cdiv" and len(node.args) == 2:
+        if C.code_of(node.args[1].value).strip() == block_text:
+            return node
+    return None
+
+
+def _factors(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        return _factors(expr.left) + _factors(expr.right)
+    return [expr]
+
+
+def _drop_factor(expr: cst.BaseExpression, factor: cst.BaseExpression) -> cst.BaseExpression | None:
+    if expr is factor:
+        return None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        l, r = _drop_factor(expr.left, factor), _drop_factor(expr.right, factor)
+        if l is None:
+            return r
+        if r is None:
+            return l
+        return expr.with_changes(left=l, right=r)
+    return expr
+
+
+def _grid(call: cst.Call, assigns) -> cst.BaseExpression | None:
+    if not isinstance(call.func, cst.Subscript) or len(call.func.slice) != 1:
+        return None
+    g = call.func.slice[0].slice.value
+    if isinstance(g, cst.Name) and len(assigns.get(g.value, ())) == 1:
+        g = assigns[g.value][0].value
+    if isinstance(g, cst.Lambda):
+        g = g.body
+    return g if isinstance(g, cst.Tuple) else None
+
+
+def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: int, ns: int,
+         warps: int | None) -> LaunchEdit | str:
+    """Edits of every launch of ``kernel``, or why the launch cannot be merged."""
+    sites = C.launches(module, {kernel.name.value: kernel})
+    if not sites:
+        return f"no launch of {kernel.name.value} in this file: the grid cannot be changed with the kernel"
+    out = LaunchEdit({}, [])
+    for call, _k, host in sites:
+        assigns = _host_assigns(host)
+        arg = _binding(call, kernel, axis.block)
+        if arg is None:
+            return f"the launch of {kernel.name.value} does not pass {axis.block}"
+        value, owner = arg.value, None
+        if isinstance(value, cst.Name) and len(assigns.get(value.value, ())) == 1:
+            owner = assigns[value.value][0]
+            value = owner.value
+        if _covers(value):
+            return f"{axis.block} = {C.code_of(value)}: one tile covers the dimension (NV = 1), nothing to merge"
+        grid = _grid(call, assigns)
+        if grid is None:
+            return f"the grid of {kernel.name.value} is not a tuple (or a name/lambda giving one)"
+        block_text = C.code_of(arg.value).strip()
+        count, elem_i = None, None
+        for i, el in enumerate(grid.elements):
+            if axis.kind == "axis" and i != axis.axis:
+                continue
+            for f in _factors(el.value) if axis.kind == "mod" else [el.value]:
+                if _cdiv_of(f, block_text, assigns) is not None:
+                    count, elem_i = f, i
+        if count is None:
+            return f"the grid {C.code_of(grid)} has no cdiv(V, {block_text}) for the tile axis {axis.var}"
+        cdiv = _cdiv_of(count, block_text, assigns)
+        v_text = C.code_of(cdiv.args[0].value)
+        cdiv_fn = C.code_of(cdiv.func)
+        npow = cdiv_fn[: -len("cdiv")] + "next_power_of_2"
+        split = programs * ns
+        width = f"{npow}({v_text})" if split == 1 else f"{npow}({cdiv_fn}({v_text}, {split}))"
+        if owner is not None:
+            out.edits[owner] = lambda u, w=width: u.with_changes(value=cst.parse_expression(w))
+            out.lines.append((owner, f"{axis.block} = {width}: the sub-tile width ({ns} per program, {programs} per head)"))
+        else:
+            out.edits[arg] = lambda u, w=width: u.with_changes(value=cst.parse_expression(w))
+        el = grid.elements[elem_i]
+        if programs == 1:
+            if axis.kind == "axis":
+                kept = [e for j, e in enumerate(grid.elements) if j != elem_i]
+                kept[-1] = kept[-1].with_changes(comma=cst.Comma()) if len(kept) == 1 else kept[-1]
+                out.edits[grid] = lambda u, k=kept: u.with_changes(elements=k)
+            else:
+                rest = _drop_factor(el.value, count)
+                rest = rest if rest is not None else cst.Integer("1")
+                out.edits[el.value] = lambda u, r=rest: r
+            out.lines.append((call, f"grid without the V-tile count {C.code_of(count)}: one program per (sequence, head)"))
+        elif ns > 1:
+            wider = cst.parse_expression(f"{cdiv_fn}({v_text}, {block_text} * {ns})")
+            out.edits[count] = lambda u, w=wider: w
+            out.lines.append((call, f"grid: {programs} programs per head, {ns} sub-tiles each"))
+        if warps is not None:
+            _set_warps(out, call, warps)
+    return out
+
+
+def _set_warps(out: LaunchEdit, call: cst.Call, warps: int) -> None:
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "num_warps"), None)
+    if arg is not None:
+        out.edits[arg] = lambda u: u.with_changes(value=cst.Integer(str(warps)))
+        return
+    prev = out.edits.get(call)
+
+    def add(u: cst.Call) -> cst.Call:
+        u = prev(u) if prev else u
+        args = list(u.args)
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(keyword=cst.Name("num_warps"), value=cst.Integer(str(warps)),
+                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        return u.with_changes(args=args)
+
+    out.edits[call] = add
+    out.lines.append((call, f"num_warps={warps}"))
