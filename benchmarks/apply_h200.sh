@@ -4,10 +4,15 @@
 #   and the rsqrt skeleton alone on the upstream file.
 # Run from the repo root on the GPU machine with .whl carried (fla-core and libcst wheels):
 #   bash benchmarks/apply_h200.sh "$OUT"
-OUT=${1:-/tmp/out}
-mkdir -p "$OUT"
+DEST=${1:-/tmp/out}   # one tarball lands here (the device tool returns few files)
+OUT=/tmp/skel-apply-results
+rm -rf "$OUT"; mkdir -p "$OUT" "$DEST"
 . benchmarks/gpu_env.sh
-SHAPES=${SKEL_BENCH_SHAPES:-bench}
+shapes() {  # H: key heads
+  local s=""; for t in 1 8; do for n in 32 64 256; do s="$s,N$n-T$t-H$1-HV32-K128-V128"; done; done; echo "${s#,}"
+}
+KDA_SHAPES=${SKEL_BENCH_SHAPES:-$(shapes 32)}
+GDN_SHAPES=${SKEL_BENCH_SHAPES:-$(shapes 16)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 mkdir -p /tmp/work
@@ -15,14 +20,25 @@ cp /tmp/site/fla/ops/kda/fused_recurrent.py /tmp/work/fla_kda_decode.py
 cp /tmp/site/fla/ops/gated_delta_rule/fused_recurrent.py /tmp/work/fla_gdn_decode.py
 cp kernels/kda_decode/kernel.py /tmp/work/kda_decode.py
 cp kernels/gdn_decode/kernel.py /tmp/work/gdn_decode.py
-run() {  # name, target, extra args...
-  local name=$1 target=$2; shift 2
+run() {  # name, shapes, target, extra args...
+  local name=$1 shapes=$2 target=$3; shift 3
   echo "=== $name: skel apply $target $*"
-  python3 -m skel apply "$target" --unsafe --shapes "$SHAPES" --report-dir "$OUT/$name" --json "$@" \
+  python3 -m skel apply "$target" --unsafe --shapes "$shapes" --report-dir "$OUT/$name" --json "$@" \
     > "$OUT/$name.json" 2> "$OUT/$name.log"
   echo "exit $?"; tail -n 4 "$OUT/$name.log"
 }
-run rsqrt_upstream /tmp/work/fla_kda_decode.py --skeleton SK001 --no-record
-run kda_upstream /tmp/work/fla_kda_decode.py ${SKEL_APPLY_ARGS}
-run kda_suite /tmp/work/kda_decode.py ${SKEL_APPLY_ARGS}
-run gdn_suite /tmp/work/gdn_decode.py ${SKEL_APPLY_ARGS}
+run rsqrt_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --no-record
+run kda_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py ${SKEL_APPLY_ARGS}
+run kda_suite "$KDA_SHAPES" /tmp/work/kda_decode.py ${SKEL_APPLY_ARGS}
+run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py ${SKEL_APPLY_ARGS}
+
+tar czf "$DEST/apply_h200.tgz" -C "$OUT" .
+for f in "$OUT"/*.json; do
+  python3 - "$f" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(sys.argv[1].split("/")[-1], "output:", d.get("output"), "winners:", d.get("winners"))
+for c in d.get("candidates", []):
+    print("  ", "ACCEPT" if c["accepted"] else "      ", c["label"], "|", c["reason"][:150])
+PY
+done

@@ -109,8 +109,8 @@ class _Walker:
         return target
 
     def edges(self) -> list[tuple[str, str]]:
-        """Each use reads the textually latest definition before it, plus, inside loops, every
-        later definition in the outermost enclosing loop (values carried round the back edge)."""
+        """Each use reads the textually latest definition before it, plus, inside loops, the
+        last definition in the outermost enclosing loop (the value carried round the back edge)."""
         out = []
         ends: dict[str, list[int]] = {}
         for name, defs in self.defs.items():
@@ -128,7 +128,9 @@ class _Walker:
             srcs = [defs[k - 1][2]] if k else []
             if loops:
                 outer_end = loops[0].node.end_byte
-                srcs.extend(defs[j][2] for j in range(k, bisect.bisect_right(ends[name], outer_end)))
+                last = bisect.bisect_right(ends[name], outer_end) - 1
+                if last >= k:
+                    srcs.append(defs[last][2])
             if not srcs:
                 srcs = [name]
             out.extend((s, target) for s in srcs if s != target)
@@ -445,35 +447,44 @@ class _Walker:
         return False
 
 
+_SKIP_READS = frozenset({"template_argument_list", "type_descriptor", "string_literal", "lambda_expression",
+                         "primitive_type", "type_identifier", "number_literal", "comment"})
+_AXIS_OBJECTS = {b"blockIdx": "pid:", b"threadIdx": "tid:"}
+_AXIS_FIELDS = {b"x": "0", b"y": "1", b"z": "2"}
+
+
 def _reads(n):
     """(name, byte) for every value read in expression ``n``: identifiers, field paths of
     ``this``-less structs (``params.q`` reads ``params``), blockIdx/threadIdx as pid/tid."""
     out = []
     stack = [n]
+    pop, push = stack.pop, stack.append
     while stack:
-        c = stack.pop()
-        if c.type == "field_expression":
-            obj, fld = c.child_by_field_name("argument"), c.child_by_field_name("field")
-            if obj is not None and fld is not None and _t(obj) in ("blockIdx", "threadIdx") and _t(fld) in _AXES:
-                out.append((("pid:" if _t(obj) == "blockIdx" else "tid:") + str(_AXES[_t(fld)]), c.start_byte))
+        c = pop()
+        t = c.type
+        if t == "identifier":
+            out.append((c.text.decode("utf-8", "replace"), c.start_byte))
+        elif t == "field_expression":
+            obj = c.child_by_field_name("argument")
+            if obj is None:
                 continue
-            if obj is not None:
-                stack.append(obj)
-            continue
-        if c.type == "call_expression":
-            args = c.child_by_field_name("arguments")
+            prefix = _AXIS_OBJECTS.get(obj.text) if obj.type == "identifier" else None
+            if prefix is not None:
+                fld = c.child_by_field_name("field")
+                axis = _AXIS_FIELDS.get(fld.text) if fld is not None else None
+                if axis is not None:
+                    out.append((prefix + axis, c.start_byte))
+                    continue
+            push(obj)
+        elif t == "call_expression":
             fn = c.child_by_field_name("function")
             if fn is not None and fn.type == "field_expression":
-                stack.append(fn.child_by_field_name("argument"))
+                push(fn.child_by_field_name("argument"))
+            args = c.child_by_field_name("arguments")
             if args is not None:
-                stack.append(args)
-            continue
-        if c.type == "identifier":
-            out.append((_t(c), c.start_byte))
-            continue
-        if c.type in ("template_argument_list", "type_descriptor", "string_literal", "lambda_expression"):
-            continue
-        stack.extend(reversed(c.children))
+                push(args)
+        elif t not in _SKIP_READS and c.child_count:
+            stack.extend(c.children)
     out.sort(key=lambda x: x[1])
     return out
 

@@ -125,6 +125,8 @@ _LOG2E = re.compile(r"log2e|LOG2E|1\.442695|1\.44269|M_LOG2E|log2_e", re.I)
 def mark_log2e(math: list[MathOp], edges, def_text: dict[str, str] | None = None) -> list[MathOp]:
     """Add ("log2e", "yes") to exp2 ops whose argument carries a log2(e) factor, directly or
     through a variable defined (up to three assignments back) with one."""
+    if not any(m.op == "exp2" for m in math):
+        return list(math)
     def_text = def_text or {}
     par: dict[str, set[str]] = {}
     for a, b in edges:

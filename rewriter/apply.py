@@ -204,12 +204,22 @@ def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int]
     """The largest shape of the set, for resource pruning of launch variants."""
     from skel.validate.load import load_spec
 
+    from skel.validate.spec import Shape
+
     try:
-        shapes = load_spec(binding.spec).shapes(shape_set)
+        arg = _shape_arg(shape_set)
+        shapes = [Shape.parse(s) for s in arg] if isinstance(arg, list) else load_spec(binding.spec).shapes(arg)
     except Exception:
         return ()
     biggest = max(shapes, key=lambda s: sum(v for _, v in s.dims))
     return biggest.dims
+
+
+def _shape_arg(shapes: str):
+    """A shape-set name ("decode") or comma-separated shape labels ("N64-T1-H32-HV32-K128-V128,...")."""
+    if "," in shapes or "-" in shapes:
+        return [s.strip() for s in shapes.split(",") if s.strip()]
+    return shapes
 
 
 def unified_diff(before: str, after: str, name: str) -> str:
@@ -222,7 +232,7 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
     from skel.validate.gate import GateInputError, validate
 
     try:
-        result = validate(target, cand_path, spec=binding.spec, entry=binding.entry, shapes=shape_set,
+        result = validate(target, cand_path, spec=binding.spec, entry=binding.entry, shapes=_shape_arg(shape_set),
                           device=device, time_limit=options.time_limit, require="correct")
     except GateInputError as exc:
         return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {exc}",

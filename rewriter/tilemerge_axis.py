@@ -186,7 +186,7 @@ def refusal(func: cst.FunctionDef, axis: TileAxis, tiles: frozenset[str], pos) -
             v = call.args[0].value if call.args else None
             if isinstance(v, cst.Integer) and int(v.value) == axis.axis and pos(call) != axis.line:
                 return f"line {line}: tl.program_id({axis.axis}) is read outside the tile index"
-    return _control_refusal(func.body.body, tiles, pos)
+    return _control_refusal(func.body.body, tiles - {axis.var}, pos)
 
 
 def _control_refusal(body, tiles: frozenset[str], pos) -> str | None:

@@ -192,6 +192,9 @@ def prefetch(func: cst.FunctionDef, names: NameAllocator, pos) -> tuple[cst.Func
     for small, line, chain, target, moves in plan:
         cur = names.fresh(f"{target}_pf")
         first = substitute(small.value, {ivar: cst.parse_expression(f"({start})")}) if ivar in C.names_in(small.value) else small.value
+        if moves:  # a loop that runs no step (T = 0) must not read step 0's row: it may lie past the end
+            load0 = [c for c in C.calls_in(first) if C.is_load(c)][0]
+            first = _replace_node(first, load0, _with_mask(load0, f"({start} < {stop})"))
         pre += _wrap([_line(f"{cur} = {C.code_of(first)}")], chain)
         replace[line] = line.with_changes(body=[small.with_changes(value=cst.Name(cur))])
         if moves:

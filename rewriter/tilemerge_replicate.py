@@ -131,7 +131,7 @@ class Replicator:
 
     def __init__(self, axis: TileAxis, tiles: frozenset[str], ns: int, one_program: bool, names: NameAllocator):
         self.axis, self.ns, self.one_program = axis, ns, one_program
-        self.tiles = tiles - {axis.var} if one_program else tiles
+        self.tiles = tiles | {axis.var}  # a statement reading the tile index is per-tile work too
         per_tile = sorted(tiles - {axis.var})
         self.renames = [{n: names.fresh(f"{n}_{j}") for n in per_tile} for j in range(ns)]
 
@@ -146,7 +146,8 @@ class Replicator:
         out: list[cst.BaseStatement] = []
         for stmt in body:
             if isinstance(stmt, cst.SimpleStatementLine):
-                out += self._replicate(stmt) if _touches(stmt, self.tiles) else [stmt]
+                defines_index = self.axis.var in C.assigned_names(stmt)  # kept once (P > 1)
+                out += self._replicate(stmt) if _touches(stmt, self.tiles) and not defines_index else [stmt]
             elif isinstance(stmt, cst.If):
                 out += self._replicate(stmt) if _touches(stmt.test, self.tiles) else [self._if(stmt)]
             elif isinstance(stmt, (cst.For, cst.While)):

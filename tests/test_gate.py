@@ -154,3 +154,23 @@ def test_cli_json_and_exit_codes(capsys):
 
     assert main(["validate", "no_such_family", str(KDA)]) == 2
     assert "neither a family" in capsys.readouterr().err
+
+
+def test_harness_spec_with_a_returned_in_place_state(tmp_path):
+    # A launcher that hands the updated state back as a second output (as FLA's does) is judged
+    # through a harness spec; returning the in-place input is legitimate, not aliasing.
+    kernel = tmp_path / "kda_two_outputs.py"
+    kernel.write_text(KDA.read_text() + (
+        "\n\ndef kda_with_state(q, k, v, g, beta, A_log, dt_bias, state, scale=None):\n"
+        "    return kda_decode(q, k, v, g, beta, A_log, dt_bias, state, scale), state\n"))
+    harness = tmp_path / "harness_spec.py"
+    harness.write_text(
+        "import dataclasses\n"
+        "from skel.kernels.kda_decode.spec import SPEC as FAMILY\n\n"
+        "def reference(**inputs):\n"
+        "    out = FAMILY.reference(**inputs)\n"
+        "    return {'o': out['o'], 'final': out['state'], 'state': out['state']}\n\n"
+        "SPEC = dataclasses.replace(FAMILY, entry='kda_with_state', reference=reference, outputs=('o', 'final'))\n")
+    result = validate(kernel, kernel, spec=harness, device="cpu", seeds=(0,), shapes=["N2-T1-H1-HV2-K32-V64"])
+    assert result.accepted, result.reasons
+    assert [o.output for o in result.shapes[0].numerics.outputs] == ["o", "final", "state"]

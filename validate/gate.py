@@ -53,7 +53,8 @@ def validate(
     seeds: input seeds per shape; default (0, a fresh random seed), so no fixed inputs can be
         memorised. device: "cpu" or "cuda", default cuda when available.
     time_limit: seconds one stretch of candidate code (import, one call, one shape's
-        benchmark) may run before it is judged hung. total_time_limit: the whole worker.
+        benchmark) may run before it is judged hung. total_time_limit: the whole worker
+        (default max(600, 30 s per shape and seed)).
     bench: a bench.BenchConfig (GPU timing); default BenchConfig(); False to skip timing.
     require: "correct" (numerics only), "not-slower" (no shape measurably slower) or
         "faster" (measurably faster at some shape and slower at none).
@@ -88,6 +89,8 @@ def validate(
         entry=entry or target_spec.entry, shapes=tuple(s.label for s in shape_list), seeds=seeds,
         dtype=dtype, device=device, bench=bench or None, fail_fast=fail_fast,
     )
+    if total_time_limit is None:  # a safety net for hangs outside candidate code (the original, the reference)
+        total_time_limit = max(600.0, 30.0 * len(shape_list) * len(seeds))
     verdicts, rejection, error = _run_worker(request, time_limit, total_time_limit)
     shapes_out = tuple(
         verdicts.get(s.label) or ShapeVerdict(s.label, None, None, "not run: the candidate was rejected earlier")
@@ -229,7 +232,7 @@ def _run_worker(request, time_limit: float, total_time_limit: float | None):
                 how = f"crashed the worker process ({_signal_name(-code)})"
             else:
                 how = f"ended the worker process (exit status {code}) without a verdict"
-            what = f"the candidate {how} while {doing}"
+            what = f"the candidate {how} while {doing}{_last_words(log_path)}"
             if in_candidate:
                 return _merge(verdicts, perf), what, None
             return _merge(verdicts, perf), None, f"the gate's worker died while {doing} ({how.split(' ', 1)[1]})"
@@ -245,6 +248,21 @@ def _run_worker(request, time_limit: float, total_time_limit: float | None):
             os.unlink(log_path)
         except OSError:
             pass
+
+
+def _last_words(log_path: str) -> str:
+    """The worker's last line of output (a device assert, 'Fatal Python error: ...'), if any."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    last = lines[-1] if len(lines[-1]) <= 160 else lines[-1][:157] + "..."
+    return f"; its last output: {last!r}"
 
 
 def _with_log(request, log_path: str):
