@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections import deque
 from dataclasses import dataclass, field
 
 from skel.miner import cuda_ops as ops
-from skel.miner.profile import Dot, Loop, MathOp, MemOp, Param, ProgramAxis, Reduction, SharedArray
+from skel.miner.cuda_graph import axes, base_name, first_declared, mark_time_loops, reads
+from skel.miner.profile import Dot, Loop, MathOp, MemOp, Param, Reduction, SharedArray
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 _LOOPS = {"for_statement": "for", "while_statement": "while", "do_statement": "do",
@@ -22,8 +22,6 @@ _INT_TYPE = re.compile(r"\b(?:u?int(?:8|16|32|64)?_t|int|unsigned|long|short|siz
                        r"IdType|uint|index_t)\b")
 _INTISH_NAME = re.compile(r"(?:^|_)(?:idx|id|num|len|size|stride|offset|count|n|dim|rank|lane|warp)"
                           r"(?:_|$)|^(?:num|n)_|_(?:idx|len|size|stride|dim|id)$", re.I)
-_TIME_NAME = re.compile(r"(?:^|_)(?:seq_?len|seqlen|kv_len|kvlen|tokens?|time|steps?|kv_chunk\w*|"
-                        r"chunk_size|num_kv\w*|kv_tiles?)(?:_|$)|^(?:T|L|S)$", re.I)
 
 
 def _t(n) -> str:
@@ -99,7 +97,7 @@ class _Walker:
             self.def_text[target] = (self.def_text.get(target, "") + " " + text)[-400:]
         for v in value_nodes:
             if v is not None:
-                for src_name, byte in _reads(v):
+                for src_name, byte in reads(v):
                     self.uses.append((src_name, byte, target, tuple(self.loop_ctx)))
         if self_dep:
             self.uses.append((name, node.start_byte, target, tuple(self.loop_ctx)))
@@ -160,7 +158,7 @@ class _Walker:
         return False
 
     def _update(self, n) -> bool:
-        name = _base_name(n.child_by_field_name("argument"))
+        name = base_name(n.child_by_field_name("argument"))
         if name:
             self.define(name, n, (), self_dep=True)
         return False
@@ -203,16 +201,16 @@ class _Walker:
             init = n.child_by_field_name("initializer")
             if init is not None:
                 self.walk(init)
-                var = _first_declared(init) or ""
+                var = first_declared(init) or ""
             cond = n.child_by_field_name("condition")
-            bounds = [x for x, _ in _reads(cond)] if cond is not None else []
+            bounds = [x for x, _ in reads(cond)] if cond is not None else []
         elif kind == "for-range":
-            var = _first_declared(n.child_by_field_name("declarator")) or ""
+            var = first_declared(n.child_by_field_name("declarator")) or ""
             rng = n.child_by_field_name("right")
-            bounds = [x for x, _ in _reads(rng)] if rng is not None else []
+            bounds = [x for x, _ in reads(rng)] if rng is not None else []
         else:
             cond = n.child_by_field_name("condition")
-            bounds = [x for x, _ in _reads(cond)] if cond is not None else []
+            bounds = [x for x, _ in reads(cond)] if cond is not None else []
             var = bounds[0] if bounds else ""
         ctx = _LoopCtx(n, _line(n), var)
         if var:
@@ -240,14 +238,14 @@ class _Walker:
         type_text = _t(type_node) if type_node is not None else ""
         is_shared = "__shared__" in text.split("=")[0]
         for d in n.children_by_field_name("declarator"):
-            name = _first_declared(d)
+            name = first_declared(d)
             if not name:
                 continue
             self.types[name] = type_text
             dtext = _t(d).split("=")[0]
             if "*" in dtext:
                 value = d.child_by_field_name("value")
-                if value is not None and any(x in self.shared for x, _ in _reads(value)):
+                if value is not None and any(x in self.shared for x, _ in reads(value)):
                     self.shared.add(name)
                 else:
                     self.pointers.add(name)
@@ -271,7 +269,7 @@ class _Walker:
     def assignment(self, n) -> None:
         left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
         op = _t(n.child_by_field_name("operator"))
-        name = _base_name(left)
+        name = base_name(left)
         node = None
         if name:
             idx = [left] if left.type in ("subscript_expression", "pointer_expression") else []
@@ -279,7 +277,7 @@ class _Walker:
         if left.type in ("subscript_expression", "pointer_expression"):
             store = self.memory_access(left, "store", None)
             if store:
-                for src, byte in _reads(right):
+                for src, byte in reads(right):
                     self.uses.append((src, byte, store, tuple(self.loop_ctx)))
             if op != "=":
                 self.memory_access(left, "load", None)
@@ -304,11 +302,11 @@ class _Walker:
                       block: bool = False, pointer_node=None, space: str | None = None) -> str | None:
         """Record a memory op; returns its dataflow node ("load@LINE", "#2" for a second one)."""
         ptr = pointer_node if pointer_node is not None else n
-        reads = _reads(ptr)
-        names = [x for x, _ in reads]
+        ptr_reads = reads(ptr)
+        names = [x for x, _ in ptr_reads]
         if space is None:
             base = ptr.child_by_field_name("argument") if ptr.type == "subscript_expression" else ptr
-            based = {x for x, _ in _reads(base)} if base is not None else set(names)
+            based = {x for x, _ in reads(base)} if base is not None else set(names)
             space = "shared" if based & self.shared else ("global" if based & self.pointers else None)
         if space is None:
             return None
@@ -317,7 +315,7 @@ class _Walker:
         if self.op_nodes[node] > 1:
             node += f"#{self.op_nodes[node]}"
         loops = tuple(self.loop_ctx)
-        for src, byte in reads:
+        for src, byte in ptr_reads:
             self.uses.append((src, byte, node + ":addr", loops))
         self.extra_edges.append((node + ":addr", node))
         if kind == "load" and self.target_node:
@@ -447,81 +445,6 @@ class _Walker:
         return False
 
 
-_SKIP_READS = frozenset({"template_argument_list", "type_descriptor", "string_literal", "lambda_expression",
-                         "primitive_type", "type_identifier", "number_literal", "comment"})
-_AXIS_OBJECTS = {b"blockIdx": "pid:", b"threadIdx": "tid:"}
-_AXIS_FIELDS = {b"x": "0", b"y": "1", b"z": "2"}
-
-
-def _reads(n):
-    """(name, byte) for every value read in expression ``n``: identifiers, field paths of
-    ``this``-less structs (``params.q`` reads ``params``), blockIdx/threadIdx as pid/tid."""
-    out = []
-    stack = [n]
-    pop, push = stack.pop, stack.append
-    while stack:
-        c = pop()
-        t = c.type
-        if t == "identifier":
-            out.append((c.text.decode("utf-8", "replace"), c.start_byte))
-        elif t == "field_expression":
-            obj = c.child_by_field_name("argument")
-            if obj is None:
-                continue
-            prefix = _AXIS_OBJECTS.get(obj.text) if obj.type == "identifier" else None
-            if prefix is not None:
-                fld = c.child_by_field_name("field")
-                axis = _AXIS_FIELDS.get(fld.text) if fld is not None else None
-                if axis is not None:
-                    out.append((prefix + axis, c.start_byte))
-                    continue
-            push(obj)
-        elif t == "call_expression":
-            fn = c.child_by_field_name("function")
-            if fn is not None and fn.type == "field_expression":
-                push(fn.child_by_field_name("argument"))
-            args = c.child_by_field_name("arguments")
-            if args is not None:
-                push(args)
-        elif t not in _SKIP_READS and c.child_count:
-            stack.extend(c.children)
-    out.sort(key=lambda x: x[1])
-    return out
-
-
-def _base_name(n) -> str | None:
-    while n is not None:
-        if n.type == "identifier":
-            return _t(n)
-        if n.type == "field_expression":
-            n = n.child_by_field_name("argument")
-            continue
-        if n.type in ("subscript_expression", "pointer_expression", "parenthesized_expression",
-                      "cast_expression"):
-            n = n.child_by_field_name("argument") or n.child_by_field_name("value") or (
-                n.named_children[-1] if n.named_children else None)
-            continue
-        return None
-    return None
-
-
-def _first_declared(n) -> str | None:
-    if n is None:
-        return None
-    if n.type == "identifier":
-        return _t(n)
-    if n.type == "assignment_expression":
-        return _base_name(n.child_by_field_name("left"))
-    d = n.child_by_field_name("declarator")
-    if d is not None:
-        return _first_declared(d)
-    for c in n.named_children:
-        if c.type in ("identifier", "init_declarator", "pointer_declarator", "array_declarator",
-                      "reference_declarator", "assignment_expression"):
-            return _first_declared(c)
-    return None
-
-
 def analyze_body(fn, params: list[Param], device_fns: dict[str, int]) -> BodyFacts:
     w = _Walker(params, device_fns)
     body = fn.child_by_field_name("body")
@@ -531,65 +454,14 @@ def analyze_body(fn, params: list[Param], device_fns: dict[str, int]) -> BodyFac
     facts = BodyFacts(memops=tuple(w.memops), reductions=tuple(w.reductions), dots=tuple(w.dots),
                       math=tuple(ops.mark_log2e(w.math, edges, w.def_text)), shared=tuple(w.shared_rows),
                       dataflow=tuple(edges))
-    facts.loops = tuple(_mark_time_loops(w.loops, w.loop_bounds, edges))
-    facts.axes = tuple(_axes(w.axis_first, edges))
+    facts.loops = tuple(mark_time_loops(w.loops, w.loop_bounds, edges))
+    facts.axes = tuple(axes(w.axis_first, edges))
     if w.errors:
         facts.notes.append("parse errors inside the kernel at lines " +
                            ", ".join(map(str, sorted(set(w.errors))[:10])))
     for name, line in w.calls.items():
         facts.notes.append(f"calls __device__ function {name} (line {line})")
     return facts
-
-
-def _parents(edges) -> dict[str, set[str]]:
-    par: dict[str, set[str]] = {}
-    for a, b in edges:
-        par.setdefault(b, set()).add(a)
-    return par
-
-
-def _mark_time_loops(loops: list[Loop], bounds: dict[int, list[str]], edges) -> list[Loop]:
-    par = _parents(edges)
-    by_var: dict[str, list[str]] = {}
-    for node in par:
-        by_var.setdefault(node.split("@")[0], []).append(node)
-    out = []
-    for i, lp in enumerate(loops):
-        names = bounds.get(i, [])
-        hit = any(_TIME_NAME.search(x) for x in names)
-        if not hit:  # the bound is computed from a sequence length: num_iters = cdiv(seq_len, TILE)
-            frontier = {d for x in set(names) for d in by_var.get(x, ())}
-            seen: set[str] = set()
-            for _ in range(3):
-                frontier = {p for x in frontier for p in par.get(x, ())} - seen
-                seen |= frontier
-            hit = any(_TIME_NAME.search(x.split("@")[0]) for x in seen)
-        out.append(Loop(lp.line, lp.end_line, lp.var, lp.iter_text, lp.kind, hit, lp.depth, lp.guards))
-    return out
-
-
-def _axes(first: dict[int, int], edges) -> list[ProgramAxis]:
-    children: dict[str, list[str]] = {}
-    for a, b in edges:
-        children.setdefault(a, []).append(b)
-    out = []
-    for axis in sorted(first):
-        root = f"pid:{axis}"
-        direct = children.get(root, [])
-        seen, order, todo = set(), [], deque(direct)
-        while todo:
-            x = todo.popleft()
-            if x in seen:
-                continue
-            seen.add(x)
-            order.append(x)
-            todo.extend(children.get(x, []))
-        names = list(dict.fromkeys(x.split("@")[0] for x in order
-                                   if not x.startswith(("load@", "store@", "atomic@"))))
-        var = direct[0].split("@")[0] if direct else "blockIdx." + "xyz"[axis]
-        roles = tuple((n, r) for n in names[:40] if (r := ops.axis_role(n)))
-        out.append(ProgramAxis(axis, var, first[axis], tuple(names), roles))
-    return out
 
 
 def dtypes_in(code: str) -> tuple[str, ...]:

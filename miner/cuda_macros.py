@@ -18,7 +18,8 @@ What it does, in order:
    ``__cluster_dims__(...)``, ``C10_LAUNCH_BOUNDS_1(...)``, ``[[...]]``);
 4. strips, generically, any other ALL-CAPS identifier (with its argument list, if any)
    that stands where a declaration specifier would be: followed by another identifier
-   (``MY_API static int f()``), which valid expanded C++ never has for a value.
+   (``MY_API static int f()``), which valid expanded C++ never has for a value; one with
+   DEVICE in its name becomes ``__device__`` (``_CCCL_HOST_DEVICE_API``).
 """
 from __future__ import annotations
 
@@ -188,6 +189,8 @@ def _strip_macros(code_text: str, buf: list[str], code: list[str]) -> list[str]:
         nxt = _NEXT.match(code_text, j)
         if nxt is not None and _starts_declaration(code_text[nxt.start(1):nxt.start(1) + 2]):
             _blank_range(buf, code, start, j)
+            if "DEVICE" in tok and len(tok) >= 10:  # _CCCL_HOST_DEVICE_API, MY_DEVICE_INLINE...
+                _replace(buf, code, start, end, "__device__")
             _note(stripped, tok)
             resume = j
     return stripped

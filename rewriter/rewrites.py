@@ -3,6 +3,7 @@
 One line per skeleton; a new rewrite module adds its import here.
 """
 from skel.rewriter import sk001_rsqrt  # noqa: F401
+from skel.rewriter import sk002_merge_tiles  # noqa: F401
 from skel.rewriter import sk003_hoist  # noqa: F401
 from skel.rewriter import sk004_exp2  # noqa: F401
 from skel.rewriter import sk005_launch  # noqa: F401

@@ -129,7 +129,7 @@ def _target(module: cst.Module, func: cst.FunctionDef, pos):
             continue
         shared = A.shared_loop_work(func, tiles, pos)
         if not shared:
-            reasons.append(f"{axis.var}: every statement in the loops depends on the tile; merging repeats nothing less")
+            reasons.append(f"{axis.var}: nothing computed in a loop is shared by the tiles (no repeated prologue to merge)")
             continue
         return func, axis, shared
     return "; ".join(reasons)

@@ -140,8 +140,9 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
         el = grid.elements[elem_i]
         if programs == 1:
             if axis.kind == "axis":
-                kept = [e for j, e in enumerate(grid.elements) if j != elem_i]
-                kept[-1] = kept[-1].with_changes(comma=cst.Comma()) if len(kept) == 1 else kept[-1]
+                kept = [e for j, e in enumerate(grid.elements) if j != elem_i] or [cst.Element(cst.Integer("1"))]
+                if len(kept) == 1:
+                    kept[0] = kept[0].with_changes(comma=cst.Comma())
                 out.edits[grid] = lambda u, k=kept: u.with_changes(elements=k)
             else:
                 rest = _drop_factor(el.value, count)
