@@ -243,8 +243,17 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress) -> l
             todo.append(prep)
     for prep, (profiles, findings, error) in _run_jobs(todo, jobs):
         c = prep.cand
-        cat.record_file(SourceRecord(c.path, prep.key, repo=c.repo, mtime=prep.mtime, size=prep.size, error=error),
-                        profiles, findings)
+        source = SourceRecord(c.path, prep.key, repo=c.repo, mtime=prep.mtime, size=prep.size, error=error)
+        try:
+            cat.record_file(source, profiles, findings)
+        except (ValueError, TypeError) as exc:
+            # A profile or finding the catalog cannot store (a frontend/detector bug): keep the
+            # file's failure on record instead of stopping the run. CatalogError (an unusable
+            # catalog) is not caught: that ends the run with exit status 2.
+            error = f"cannot record the results: {exc}"
+            profiles, findings = [], []
+            cat.record_file(SourceRecord(c.path, prep.key, repo=c.repo, mtime=prep.mtime, size=prep.size,
+                                         error=error))
         finished(FileOutcome(c.path, "parsed" if not (error and not profiles) else "error",
                              sum(p.kind == "kernel" for p in profiles), tuple(findings), error, kernel_file=True))
     return [outcomes[c.path] for c in cands]

@@ -97,7 +97,7 @@ def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
     if isinstance(src, str):
         return C.failed(CODE, source, src, SAFETY)
     if MARKER in source:
-        return C.skip(CODE, SAFETY, source, f"already merged: the file carries the '# {MARKER}' marker")
+        return C.skip(CODE, SAFETY, source, f"already applied: V tiles already merged (the file carries the '# {MARKER}' marker)")
     pos = src.line
     found, why = [], []
     for func in C.kernels(src.module, options):

@@ -1,6 +1,7 @@
 """`skel mine`: walking, bad input, incremental re-mining, parallel workers, catalog safety."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -205,6 +206,21 @@ def test_frontend_crash_is_reported_not_raised(tree, catalog_path, monkeypatch):
     monkeypatch.setattr(mine_mod, "_frontend", lambda language: boom)
     report = mine([str(tree)], catalog=catalog_path, jobs=1)
     assert by_path(report)["norm.py"] == "triton frontend failed: IndexError: list index out of range"
+
+
+def test_unstorable_results_are_reported_and_recorded_as_failed(tree, catalog_path, monkeypatch):
+    real = mine_mod.analyze
+
+    def leaky(path, text, language):  # a frontend bug: a non-JSON object inside a profile
+        profiles, findings, error = real(path, text, language)
+        return [dataclasses.replace(p, notes=(object(),)) for p in profiles], findings, error
+
+    monkeypatch.setattr(mine_mod, "analyze", leaky)
+    report = mine([str(tree)], catalog=catalog_path, jobs=1)
+    assert "cannot record the results" in by_path(report)["norm.py"] and report.kernels == 0
+    with open_catalog(catalog_path) as cat:
+        rec = cat.source(str(tree / "ops" / "norm.py"))
+        assert rec.error.startswith("cannot record") and cat.profiles(rec.path) == []
 
 
 # ---------------------------------------------------------------------------- CLI
