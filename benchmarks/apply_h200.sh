@@ -7,6 +7,7 @@
 DEST=${1:-/tmp/out}   # one tarball lands here (the device tool returns few files)
 OUT=/tmp/skel-apply-results
 rm -rf "$OUT"; mkdir -p "$OUT" "$DEST"
+export SKEL_CATALOG="$OUT/catalog.sqlite"  # verdicts come back with the results
 . benchmarks/gpu_env.sh
 shapes() {  # H: key heads
   local s=""; for t in 1 8; do for n in 32 64 256; do s="$s,N$n-T$t-H$1-HV32-K128-V128"; done; done; echo "${s#,}"
@@ -26,11 +27,18 @@ run() {  # name, shapes, target, extra args...
   python3 -m skel apply "$target" --unsafe --shapes "$shapes" --report-dir "$OUT/$name" --json "$@" \
     > "$OUT/$name.json" 2> "$OUT/$name.log"
   echo "exit $?"; tail -n 4 "$OUT/$name.log"
+  tar czf "$DEST/apply_h200.tgz" -C "$OUT" .  # after every job: a run cut short still returns its results
 }
-run rsqrt_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --no-record
-run kda_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py ${SKEL_APPLY_ARGS}
-run kda_suite "$KDA_SHAPES" /tmp/work/kda_decode.py ${SKEL_APPLY_ARGS}
-run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py ${SKEL_APPLY_ARGS}
+STRUCT="--skeleton SK001 --skeleton SK002 --exhaustive"
+for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gdn_upstream}; do
+  case $job in
+    rsqrt_upstream) run rsqrt_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --no-record ;;
+    kda_upstream) run kda_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py $STRUCT ;;
+    kda_suite) run kda_suite "$KDA_SHAPES" /tmp/work/kda_decode.py $STRUCT ;;
+    gdn_suite) run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py $STRUCT --skeleton SK005 --max-candidates 20 ;;
+    gdn_upstream) run gdn_upstream "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py $STRUCT ;;
+  esac
+done
 
 tar czf "$DEST/apply_h200.tgz" -C "$OUT" .
 for f in "$OUT"/*.json; do
