@@ -15,7 +15,7 @@ import sqlite3
 from typing import Callable
 
 APP = "skel"
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 
 # Tables whose layout is the same in every version so far.
 COMMON = """
@@ -137,6 +137,59 @@ CREATE TABLE validation_runs (
 
 DDL_V2 = COMMON + FINDINGS_V2 + VALIDATION_RUNS_V2
 
+# Version 3: history mining. The edits each commit made to each kernel (kept so clusters can be
+# recomputed when more history arrives), the last mined commit per repository (incremental
+# mining), and the candidate (preview) skeletons distilled from them with their occurrences.
+HISTORY_V3 = """
+CREATE TABLE history_repos (
+    repo     TEXT PRIMARY KEY,
+    head     TEXT NOT NULL,
+    commits  INTEGER NOT NULL,
+    mined_at TEXT NOT NULL
+);
+CREATE TABLE history_edits (
+    id               INTEGER PRIMARY KEY,
+    repo             TEXT NOT NULL REFERENCES history_repos(repo) ON DELETE CASCADE,
+    commit_sha       TEXT NOT NULL,
+    message          TEXT NOT NULL,
+    committed_at     TEXT NOT NULL,
+    path             TEXT NOT NULL,
+    kernel           TEXT NOT NULL,
+    line             INTEGER NOT NULL,
+    jit              INTEGER NOT NULL,
+    local_names_json TEXT NOT NULL,
+    edits_json       TEXT NOT NULL,
+    UNIQUE (repo, commit_sha, path, kernel)
+);
+CREATE TABLE candidates (
+    code         TEXT PRIMARY KEY,
+    pattern_key  TEXT NOT NULL UNIQUE,
+    name         TEXT NOT NULL,
+    title        TEXT NOT NULL,
+    status       TEXT NOT NULL DEFAULT 'preview' CHECK (status IN ('preview', 'promoted')),
+    promoted_as  TEXT,
+    score        REAL NOT NULL,
+    kernels      INTEGER NOT NULL,
+    commits      INTEGER NOT NULL,
+    perf_commits INTEGER NOT NULL,
+    pattern_json TEXT NOT NULL,
+    updated_at   TEXT NOT NULL
+);
+CREATE TABLE candidate_occurrences (
+    id           INTEGER PRIMARY KEY,
+    candidate    TEXT NOT NULL REFERENCES candidates(code) ON DELETE CASCADE,
+    repo         TEXT NOT NULL,
+    commit_sha   TEXT NOT NULL,
+    path         TEXT NOT NULL,
+    line         INTEGER NOT NULL,
+    kernel       TEXT NOT NULL,
+    message      TEXT NOT NULL,
+    committed_at TEXT NOT NULL
+);
+CREATE INDEX candidate_occurrences_candidate ON candidate_occurrences(candidate);
+"""
+DDL_V3 = DDL_V2 + HISTORY_V3
+
 
 def write_version(conn: sqlite3.Connection, version: int) -> None:
     conn.execute(f"PRAGMA user_version = {int(version)}")
@@ -157,7 +210,7 @@ def create_version(conn: sqlite3.Connection, ddl: str, version: int) -> None:
 
 
 def create_current(conn: sqlite3.Connection) -> None:
-    create_version(conn, DDL_V2, CURRENT_VERSION)
+    create_version(conn, DDL_V3, CURRENT_VERSION)
 
 
 def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
@@ -186,9 +239,17 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE validation_runs_v1")
 
 
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    # Purely additive: the history tables start empty (history is re-mined on demand).
+    for stmt in HISTORY_V3.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+
+
 # MIGRATIONS[n] takes a version-n database to version n+1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
+    2: _migrate_2_to_3,
 }
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from skel.catalog import schema
+from skel.catalog.candidates import HistoryStore
 from skel.catalog.records import (
     Evidence,
     Finding,
@@ -85,7 +86,7 @@ def _dumps(value: object, what: str) -> str:
         raise RecordError(f"{what}: not storable as JSON ({exc})") from None
 
 
-class Catalog:
+class Catalog(HistoryStore):
     def __init__(self, path: Path, conn: sqlite3.Connection, version: int):
         self.path = path
         self.version = version

@@ -202,5 +202,11 @@ def loop_invariant_loads(profile: KernelProfile, loop: Loop | int) -> list[MemOp
         return []
     g = _graph(profile)
     variant = loop_variant_nodes(g, lp.line, lp.end_line, lp.var)
-    return [m for m in profile.memops if m.kind == "load" and lp.line <= m.line <= lp.end_line
-            and m.node and f"{m.node}:addr" not in variant]
+
+    def invariant(m: MemOp) -> bool:
+        if m.node and f"{m.node}:addr" in g.nodes:
+            return f"{m.node}:addr" not in variant
+        # a frontend without memory-op nodes: trust its own flag for the innermost loop only
+        return m.loop_line == lp.line and m.loop_invariant
+
+    return [m for m in profile.memops if m.kind == "load" and lp.line <= m.line <= lp.end_line and invariant(m)]

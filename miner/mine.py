@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
@@ -153,6 +153,7 @@ def prepare(cand: Candidate, max_bytes: int = MAX_BYTES) -> _Prepared:
         if cand.explicit:
             return _err(prep, "empty file: nothing to mine" if not data else "blank file: nothing to mine")
         prep.outcome = FileOutcome(path, "skipped")
+        prep.forget = True
         return prep
     nul = data.find(b"\x00", 0, 8192)
     if nul >= 0:
@@ -191,11 +192,13 @@ def mine(
     the catalog already holds unchanged.
     """
     started = time.perf_counter()
-    cands, walk_errors = collect([str(p) for p in paths])
+    paths = [str(p) for p in paths]
+    cands, walk_errors = collect(paths)
     own = not isinstance(catalog, Catalog)
     cat = open_catalog(catalog) if own else catalog
     try:
         outcomes = _mine_candidates(cands, cat, jobs, force, max_bytes, progress)
+        _forget_deleted(cat, paths)
     finally:
         if own:
             cat.close()
@@ -257,6 +260,17 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress) -> l
         finished(FileOutcome(c.path, "parsed" if not (error and not profiles) else "error",
                              sum(p.kind == "kernel" for p in profiles), tuple(findings), error, kernel_file=True))
     return [outcomes[c.path] for c in cands]
+
+
+def _forget_deleted(cat: Catalog, paths: list[str]) -> None:
+    """Drop catalog entries for files that were under a mined directory and no longer exist."""
+    roots = [os.path.join(os.path.abspath(os.path.expanduser(p)), "") for p in paths]
+    roots = [r for r in roots if os.path.isdir(r)]
+    if not roots:
+        return
+    for rec in cat.sources():
+        if any(rec.path.startswith(r) for r in roots) and not os.path.lexists(rec.path):
+            cat.forget_source(rec.path)
 
 
 def _cached(cat: Catalog, path: str, rec: SourceRecord) -> FileOutcome:

@@ -161,6 +161,8 @@ class KernelProfile:
     tune: TuneConfigs = field(default_factory=TuneConfigs)
     # dataflow: edges "a -> b" meaning value b is computed from a; nodes are variable names
     # (SSA-ish: "b_q@157" for the assignment at line 157) or "pid:0" for program-id axes.
+    # Triton frontend conventions (parameters, memory-op nodes "load@152" / "load@152:addr")
+    # and the queries over it: miner/dataflow.py.
     dataflow: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # frontend remarks (e.g. "macro X stripped")
     # Added by the Triton frontend:

@@ -23,13 +23,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from skel.miner.pyexpr import Source, arg, call_name, dotted, kwarg, literal
+from skel.miner.pyexpr import Source, arg, call_name, kwarg, literal
+from skel.miner.triton_dtypes import DTYPES, callee_last as _last, expr_dtype
 
-DTYPES = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "float8e4nv": "fp8",
-    "float8e5": "fp8", "float8e4b15": "fp8", "float8e4b8": "fp8", "float8e5b16": "fp8", "int8": "i8",
-    "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint32": "u32", "uint64": "u64", "int1": "i1",
-}
 MATH = {
     "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "sqrt_rn", "rsqrt", "sigmoid", "softplus", "tanh",
     "erf", "sin", "cos", "pow", "silu", "gelu", "fast_expf", "fast_exp", "safe_exp", "fast_logf", "fast_log2f",
@@ -182,7 +178,7 @@ class BodyWalker:
     def bind(self, target, value, deps, line: int) -> None:
         if isinstance(target, ast.Name):
             self.define(target.id, line, deps)
-            self.dtype[target.id] = self.expr_dtype(value)
+            self.dtype[target.id] = expr_dtype(self.dtype, value)
             self.assigns.append((target.id, line, value, deps))
             if self.is_block_ptr_expr(value):
                 self.block_ptrs.add(target.id)
@@ -409,80 +405,16 @@ class BodyWalker:
             den = data["denominator"]
             data["denominator_calls"] = ",".join(
                 dict.fromkeys(call_name(n) or "?" for n in ast.walk(den) if isinstance(n, ast.Call)))
-            data["denominator_dtype"] = self.expr_dtype(den)
+            data["denominator_dtype"] = expr_dtype(self.dtype, den)
             data["denominator"] = self.src.text(den)
         if kind == "dot":
-            data["operand_dtypes"] = (self.expr_dtype(arg(node, 0, "input")), self.expr_dtype(arg(node, 1, "other")))
+            data["operand_dtypes"] = (expr_dtype(self.dtype, arg(node, 0, "input")), expr_dtype(self.dtype, arg(node, 1, "other")))
         if kind in ("reduction", "math"):
             first = arg(node, 0) if isinstance(node, ast.Call) else None
             if first is not None:
-                data.setdefault("dtype", self.expr_dtype(first))
+                data.setdefault("dtype", expr_dtype(self.dtype, first))
         loop = self.loop_stack[-1].line if self.loop_stack else None
         self.items.append(RawItem(kind, node.lineno, node, loop, tuple(self.guard_texts), data))
-
-    # ------------------------------------------------------------------ dtypes
-    def expr_dtype(self, e: ast.AST | None) -> str:
-        """fp32 / bf16 / fp16 / ... as far as a local look can tell; "?" when unknown."""
-        if e is None:
-            return "?"
-        if isinstance(e, ast.Name):
-            return self.dtype.get(e.id, "?")
-        if isinstance(e, ast.Constant):
-            return "const"
-        if isinstance(e, ast.Call):
-            name = call_name(e) or ""
-            last = _last(e)
-            if last == "to" and isinstance(e.func, ast.Attribute):
-                return _dtype_of(arg(e, 0, "dtype"))
-            if last in ("zeros", "full", "zeros_like", "full_like", "empty", "arange"):
-                dt = kwarg(e, "dtype")
-                if dt is not None:
-                    return _dtype_of(dt)
-                return "i32" if last == "arange" else "?"
-            if last == "dot":
-                out = kwarg(e, "out_dtype")
-                return _dtype_of(out) if out is not None else "fp32"
-            if last == "load":
-                return "?"
-            if e.args:
-                return self.expr_dtype(e.args[0] if not isinstance(e.func, ast.Attribute) or name.startswith(TL_PREFIXES)
-                                       else e.func.value)
-            return "?"
-        if isinstance(e, ast.BinOp):
-            a, b = self.expr_dtype(e.left), self.expr_dtype(e.right)
-            if "fp32" in (a, b):
-                return "fp32"
-            if a == "const":
-                return b
-            if b == "const" or a == b:
-                return a
-            return "?"
-        if isinstance(e, ast.UnaryOp):
-            return self.expr_dtype(e.operand)
-        if isinstance(e, ast.Subscript):
-            return self.expr_dtype(e.value)
-        if isinstance(e, ast.IfExp):
-            a, b = self.expr_dtype(e.body), self.expr_dtype(e.orelse)
-            return b if a == "const" else a if b in ("const", a) else "?"
-        return "?"
-
-
-def _last(c: ast.Call) -> str:
-    """The called name's last part, also for ``tl.load(p).to`` whose receiver is not a name."""
-    f = c.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-
-
-def _dtype_of(e: ast.AST | None) -> str:
-    d = dotted(e) if e is not None else None
-    if d and d.rsplit(".", 1)[-1] in DTYPES:
-        return DTYPES[d.rsplit(".", 1)[-1]]
-    if isinstance(e, ast.Constant) and isinstance(e.value, str):
-        return DTYPES.get(e.value, e.value)
-    if d and d.endswith("element_ty"):
-        return "elem"
-    return "?"
-
 
 def _receiver_is_var(c: ast.Call, env) -> bool:
     v = c.func.value

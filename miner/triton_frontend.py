@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
 
 from skel.miner import dataflow
 from skel.miner.profile import (
-    Dot, KernelProfile, Loop, MathOp, MemOp, Param, ProgramAxis, Reduction, TuneConfigs,
+    Dot, KernelProfile, Loop, MathOp, MemOp, Param, ProgramAxis, Reduction,
 )
-from skel.miner.pyexpr import Source, Unresolved, arg, call_name, dotted, evaluate, kwarg, literal
+from skel.miner.pyexpr import Source, arg, call_name, dotted, kwarg, literal
 from skel.miner.triton_body import BodyWalker, RawItem, HEAD_COUNT
 from skel.miner.triton_launch import ModuleIndex, Scope, find_launches, launch_site, module_scope
+from skel.miner.triton_tune import tune_configs
 
-TIME_NAME = re.compile(
-    r"^(T|TT|N_CTX|n_ctx|seq_?len\w*|seqlen\w*|max_seqlen\w*|SEQ_?LEN\w*|num_tokens|n_tokens|eos|bos|cu_seqlens)$")
+# A sequence-length name: T itself, or a name containing one of these words (cur_batch_seq_len,
+# N_CTX, kv_len_per_split, cu_seqlens), or the varlen bounds eos/bos.
+TIME_NAME = re.compile(r"^(T|TT|eos|bos)$|seq_?len|n_ctx|kv_len|ctx_len|context_len|num_tokens|n_tokens", re.I)
+# Fallback roles from the words in an index variable's (or a grid dimension's) name.
+WORD_ROLES = ((re.compile(r"head", re.I), "head"), (re.compile(r"batch", re.I), "batch"),
+              (re.compile(r"split", re.I), "split"), (re.compile(r"seq", re.I), "sequence"))
 NAME_ROLES = {
     "i_v": "v-tile", "i_k": "k-tile", "i_h": "head", "i_hv": "head", "i_hq": "head", "i_hk": "head",
     "i_n": "sequence", "i_b": "batch", "i_bh": "batch-head", "i_nh": "sequence-head", "i_t": "t-tile",
@@ -99,7 +103,7 @@ def _profile(fn, path: str, src: Source, helpers, base: Scope, launch_calls) -> 
         name=fn.name, path=path, language="triton", line=fn.lineno, end_line=fn.end_lineno,
         params=params, program_axes=axes, loops=loops, memops=tuple(memops), reductions=tuple(reductions),
         dots=tuple(dots), math=tuple(maths), dtypes=tuple(walker.dtypes_seen), launches=sites,
-        tune=_tune(fn, base), dataflow=tuple(walker.edges), notes=(),
+        tune=tune_configs(fn, base.env), dataflow=tuple(walker.edges), notes=(),
         kind="kernel" if has_pid or sites else "device-function", symbols=symbols,
     )
 
@@ -124,7 +128,7 @@ def _t(src: Source, node: ast.AST) -> str:
 
 def _loop(raw, graph: dataflow.Graph) -> Loop:
     names = {dataflow.node_var(n) for n in graph.ancestors(raw.bound_deps) | set(raw.bound_deps)}
-    is_time = any(TIME_NAME.match(n) for n in names) or raw.token_advance
+    is_time = any(TIME_NAME.search(n) for n in names) or raw.token_advance
     return Loop(raw.line, raw.end_line, raw.var, raw.iter_text, raw.kind, is_time, raw.depth, raw.guards)
 
 
@@ -156,87 +160,6 @@ def _math(it: RawItem, src: Source) -> MathOp:
     return MathOp(it.data["op"], it.line, _t(src, it.node), it.loop_line, detail, it.guards)
 
 
-# ------------------------------------------------------------- tune configs
-def _tune(fn, base: Scope) -> TuneConfigs:
-    autotune, keys, heur, dns = [], (), [], ()
-    for d in fn.decorator_list:
-        if not isinstance(d, ast.Call):
-            continue
-        name = (dotted(d.func) or "").rsplit(".", 1)[-1]
-        if name.endswith("autotune"):
-            configs = arg(d, 0, "configs")
-            autotune = _configs(configs, base.env) if configs is not None else []
-            key = kwarg(d, "key") if kwarg(d, "key") is not None else (d.args[1] if len(d.args) > 1 else None)
-            keys = tuple(str(literal(e)) for e in getattr(key, "elts", []) if literal(e) is not None)
-        elif name.endswith("heuristics"):
-            table = arg(d, 0, "values")
-            if isinstance(table, ast.Dict):
-                heur += [str(literal(k)) for k in table.keys if literal(k) is not None]
-        elif name == "jit":
-            spec = kwarg(d, "do_not_specialize")
-            dns = tuple(str(literal(e)) for e in getattr(spec, "elts", []) if literal(e) is not None)
-    return TuneConfigs(tuple(autotune), keys, tuple(heur), dns)
-
-
-def _configs(node: ast.AST, env: dict[str, Any], limit: int = 512) -> list[tuple]:
-    """One entry per ``triton.Config``; comprehensions over literal lists are expanded."""
-    if isinstance(node, (ast.List, ast.Tuple)):
-        out = []
-        for e in node.elts:
-            out += _configs(e, env, limit)
-        return out[:limit]
-    if isinstance(node, ast.ListComp):
-        return _expand(node.elt, list(node.generators), dict(env), limit)
-    if isinstance(node, ast.Call) and (call_name(node) or "").endswith("Config"):
-        row = []
-        table = arg(node, 0, "kwargs")
-        for k, v in zip(getattr(table, "keys", []), getattr(table, "values", [])):
-            row.append((str(literal(k)), _val(v, env)))
-        for kw in node.keywords:
-            if kw.arg in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
-                row.append((kw.arg, _val(kw.value, env)))
-        return [tuple(row)]
-    return [(("text", ast.unparse(node)[:_TEXT_CAP]),)]
-
-
-def _expand(elt, gens, env, limit) -> list[tuple]:
-    if not gens:
-        return _configs(elt, env, limit)
-    g = gens[0]
-    try:
-        values = list(evaluate(g.iter, env))
-    except (Unresolved, TypeError):
-        return [(("text", ast.unparse(elt)[:_TEXT_CAP]),)]
-    out = []
-    for v in values:
-        local = dict(env)
-        try:
-            _assign(g.target, v, local)
-            if not all(evaluate(c, local) for c in g.ifs):
-                continue
-        except (Unresolved, TypeError, ValueError):
-            pass
-        out += _expand(elt, gens[1:], local, limit)
-        if len(out) >= limit:
-            break
-    return out[:limit]
-
-
-def _assign(target, value, env) -> None:
-    if isinstance(target, ast.Name):
-        env[target.id] = value
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for t, v in zip(target.elts, value):
-            _assign(t, v, env)
-
-
-def _val(node, env):
-    try:
-        return evaluate(node, env)
-    except Unresolved:
-        return ast.unparse(node)
-
-
 # ------------------------------------------------------------- program axes
 def _program_axes(fn, walker: BodyWalker, graph, sites) -> tuple[ProgramAxis, ...]:
     pid_nodes = sorted(n for n in graph.nodes if n.startswith("pid:"))
@@ -255,6 +178,8 @@ def _program_axes(fn, walker: BodyWalker, graph, sites) -> tuple[ProgramAxis, ..
             direct.setdefault(pid_axis, (var, line))
             dim = _grid_dim(sites, pid_axis)
             role = _tile_role(dim, symbols) if dim is not None else None
+            if role is None and isinstance(dim, ast.Name) and var not in NAME_ROLES:
+                role = "head" if HEAD_COUNT.match(dim.id) else _word_role(dim.id)
             if role:
                 roles[var] = role
         elif isinstance(inner, ast.BinOp) and isinstance(inner.op, (ast.Mod, ast.FloorDiv)):
@@ -265,8 +190,10 @@ def _program_axes(fn, walker: BodyWalker, graph, sites) -> tuple[ProgramAxis, ..
                 roles[var] = role
     roles.update(_unflatten_roles(walker, symbols))
     for var in index_vars:
-        if var not in roles and var in NAME_ROLES:
-            roles[var] = NAME_ROLES[var]
+        if var not in roles:
+            role = NAME_ROLES.get(var) or _word_role(var)
+            if role:
+                roles[var] = role
     out = []
     for node in pid_nodes:
         axis_text = node.split(":", 1)[1]
@@ -276,6 +203,10 @@ def _program_axes(fn, walker: BodyWalker, graph, sites) -> tuple[ProgramAxis, ..
         var, line = direct.get(axis, ("", fn.lineno))
         out.append(ProgramAxis(axis, var, line, derived, tuple((v, roles[v]) for v in derived if v in roles)))
     return tuple(out)
+
+
+def _word_role(name: str) -> str | None:
+    return next((role for pattern, role in WORD_ROLES if pattern.search(name)), None)
 
 
 def _defs(walker, var):

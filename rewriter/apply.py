@@ -11,7 +11,6 @@ import difflib
 import hashlib
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,12 +148,14 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     progress(f"applicable skeletons: {', '.join(codes) or 'none'}")
     device = options.device or _default_device()
     shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
-    rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=6)
+    rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=8)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
                                 max_candidates=options.max_candidates, exhaustive=options.exhaustive)
     progress(f"{len(cset.candidates)} candidate(s); {len(cset.skipped)} skeleton(s) produced none")
     skipped = tuple((s.skeletons, s.reason) for s in cset.skipped)
-    work = Path(tempfile.mkdtemp(prefix=f"skel-apply-{path.stem}-"))
+    report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
+    work = report_dir / "candidates"  # every candidate file stays beside the report, for a person to read
+    work.mkdir(parents=True, exist_ok=True)
     outcomes: list[CandidateOutcome] = []
     for i, cand in enumerate(cset.candidates, 1):
         diff = unified_diff(source, cand.source, path.name)
@@ -173,7 +174,10 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     output = None
     notes: list[str] = []
     if winners and not options.dry_run:
-        output = _write_output(path, source, binding, winners, outcomes, options)
+        progress("checking the output file")
+        output, out_notes = _write_output(path, source, binding, winners, outcomes, options,
+                                          _dispatch_check(path, binding, shape_set, device, options, work))
+        notes += out_notes
         progress(f"wrote {output}")
     elif not perf_measured and not options.dry_run:
         notes.append("performance not measured (no GPU): numerics were checked in the interpreter; "
@@ -184,13 +188,11 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         winners=tuple((b, o.label) for b, o in winners), output=str(output) if output else None,
         report=None, notes=tuple(notes),
     )
-    report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
     report = write_report(result, report_dir)
     result = ApplyResult(**{**result.__dict__, "report": str(report)})
     write_report(result, report_dir)  # the JSON now names its own report path
     if options.record and not options.dry_run:
         _record(result, binding, source, options.catalog)
-    shutil.rmtree(work, ignore_errors=True) if not options.dry_run else None
     return result
 
 
@@ -251,26 +253,55 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
                             result.to_dict(), str(cand_path))
 
 
-def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options) -> Path:
+def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options,
+                  check: Callable[[str], str | None] | None = None) -> tuple[Path, list[str]]:
+    """Write the accepted kernel; a dispatch over several winners must itself pass ``check``."""
     from skel.rewriter.dispatch import build_dispatch
 
     labels = {o.label: o for o in outcomes}
     chosen = [(bucket, labels[o.label]) for bucket, o in winners]
-    if len({o.label for _, o in chosen}) == 1:
-        text = Path(chosen[0][1].path).read_text(encoding="utf-8")
-    else:
-        text = build_dispatch(source, [(b, Path(o.path).read_text(encoding="utf-8")) for b, o in chosen],
-                              binding)
+    notes: list[str] = []
+    best = max(chosen, key=lambda bo: sum(1 for _, o in chosen if o.label == bo[1].label))[1]
+    text = Path(best.path).read_text(encoding="utf-8")
+    if len({o.label for _, o in chosen}) > 1:
+        try:
+            dispatch = build_dispatch(source, [(b, Path(o.path).read_text(encoding="utf-8")) for b, o in chosen],
+                                      binding)
+            problem = check(dispatch) if check else None
+        except ValueError as exc:
+            dispatch, problem = None, str(exc)
+        if problem:
+            notes.append(f"the dispatch over the bucket winners was not usable ({problem}); "
+                         f"wrote the single variant {best.label} instead")
+        else:
+            text = dispatch
+            notes.append("the output dispatches on shape between " + ", ".join(
+                f"{o.label} ({b})" for b, o in chosen) + "; the dispatch file itself passed the numerics gate")
     if options.in_place:
         backup = _backup_path(path)
         shutil.copy2(path, backup)
         path.write_text(text, encoding="utf-8")
-        return path
+        return path, notes
     out = options.output or path.with_name(f"{path.stem}.skel{path.suffix}")
     if out.resolve() == path:
         raise ValueError(f"refusing to overwrite the input {path} without --in-place")
     out.write_text(text, encoding="utf-8")
-    return out
+    return out, notes
+
+
+def _dispatch_check(target: Path, binding: TargetBinding, shape_set: str, device: str, options: ApplyOptions,
+                    work: Path) -> Callable[[str], str | None]:
+    """Numerics of an emitted dispatch file at every shape (no timing: its parts were timed)."""
+    from skel.validate.gate import validate
+
+    def check(text: str) -> str | None:
+        cand = work / "dispatch.py"
+        cand.write_text(text, encoding="utf-8")
+        result = validate(target, cand, spec=binding.spec, entry=binding.entry, shapes=_shape_arg(shape_set),
+                          device=device, time_limit=options.time_limit, require="correct", bench=False)
+        return None if result.accepted else "; ".join(result.reasons[:2]) or "rejected"
+
+    return check
 
 
 def _backup_path(path: Path) -> Path:

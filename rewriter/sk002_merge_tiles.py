@@ -72,6 +72,9 @@ DEFAULT_PLANS = (
     Plan(4, 1, 2, True),
     Plan(1, 1, 4, True),
     Plan(1, 2, 4, False),
+    # One warp per program, as the GDN decode launches (phase A's best GDN structure was P=4):
+    Plan(4, 1, 1, True),
+    Plan(8, 1, 1, True),
 )
 
 

@@ -138,11 +138,30 @@ def test_output_never_overwrites_input_without_in_place(tmp_path):
     cand.write_text("rewritten\n")
     o = CandidateOutcome(("SK001",), "SK001", True, True, "", True, "", {}, None, str(cand))
     binding = bind_target(KDA, KDA.read_text())
-    out = _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target))
+    out, _ = _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target))
     assert out == tmp_path / "kda.skel.py" and out.read_text() == "rewritten\n"
     assert target.read_text() == "original\n"
     with pytest.raises(ValueError, match="--in-place"):
         _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target, output=target))
-    out = _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target, in_place=True))
+    out, _ = _write_output(target, "original\n", binding, [("T1", o)], [o], ApplyOptions(target=target, in_place=True))
     assert out == target and target.read_text() == "rewritten\n"
     assert (tmp_path / "kda.py.orig").read_text() == "original\n"
+
+
+def test_unusable_dispatch_falls_back_to_one_variant(tmp_path):
+    target = tmp_path / "kda.py"
+    target.write_text(KDA.read_text())
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text(KDA.read_text().replace("BV = 32", "BV = 16"))
+    b.write_text(KDA.read_text().replace("num_warps=4", "num_warps=2"))
+    oa = CandidateOutcome(("SK005",), "A", True, True, "", True, "", {}, None, str(a))
+    ob = CandidateOutcome(("SK005",), "B", True, True, "", True, "", {}, None, str(b))
+    binding = bind_target(KDA, KDA.read_text())
+    winners = [("T1-H32", oa), ("T8-H32", ob), ("T4-H32", oa)]
+    out, notes = _write_output(target, KDA.read_text(), binding, winners, [oa, ob], ApplyOptions(target=target),
+                               check=lambda text: "numerics failed at N1-T3")
+    assert out.read_text() == a.read_text()  # A won two buckets
+    assert "not usable" in notes[0] and "numerics failed" in notes[0]
+    out, notes = _write_output(target, KDA.read_text(), binding, winners, [oa, ob], ApplyOptions(target=target),
+                               check=lambda text: None)
+    assert "def kda_decode_skel_v2(" in out.read_text() and "dispatches on shape" in notes[0]

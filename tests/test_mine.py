@@ -119,6 +119,16 @@ def test_a_file_that_lost_its_kernels_leaves_the_catalog(tree, catalog_path):
         assert cat.findings(path=str(tree / "ops" / "norm2.py")) == []
 
 
+def test_deleted_and_emptied_files_leave_the_catalog(tree, catalog_path):
+    mine([str(tree)], catalog=catalog_path, jobs=1)
+    (tree / "ops" / "norm.py").unlink()
+    write(tree / "ops" / "norm2.py", "")
+    report = mine([str(tree)], catalog=catalog_path, jobs=1)
+    assert report.errors == () and report.kernels == 0
+    with open_catalog(catalog_path) as cat:
+        assert cat.sources() == [] and cat.findings() == []
+
+
 def test_parallel_workers_give_the_same_result(tmp_path):
     root = tmp_path / "many"
     for i in range(12):

@@ -339,3 +339,32 @@ def launch(x, K, V, small):
     assert vals == {"BV": "min(32, triton.next_power_of_2(V))", "BK": "max(triton.next_power_of_2(K), 16)", "NW": 1}
     assert site.num_warps == "2 | 4"
     assert launch_values(site, {"K": 8, "V": 128}) == {"BV": 32, "BK": 16, "NW": 1}
+
+
+def test_paged_decode_kv_loop_and_named_grid_roles():
+    src = HEADER + """
+@triton.jit
+def attn(Q, K, kv_indptr, Out, stride_b, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    cur_batch = tl.program_id(0)
+    cur_head = tl.program_id(1)
+    split_id = tl.program_id(2)
+    start = tl.load(kv_indptr + cur_batch)
+    cur_batch_seq_len = tl.load(kv_indptr + cur_batch + 1) - start
+    q = tl.load(Q + cur_batch * stride_b + cur_head * D + tl.arange(0, D))
+    for start_n in range(0, cur_batch_seq_len, BLOCK_N):
+        k = tl.load(K + start + start_n + tl.arange(0, BLOCK_N))
+    for d in tl.static_range(4):
+        q = q * 2
+
+def launch(q, k, indptr, out, batch, head_num, splits):
+    attn[(batch, head_num, splits)](q, k, indptr, out, q.stride(0), BLOCK_N=64, D=128)
+"""
+    p = one(src)
+    kv, unrolled = p.loops
+    assert kv.is_time_loop and kv.var == "start_n"  # bound: a sequence length loaded per batch
+    assert unrolled.kind == "static_range" and not unrolled.is_time_loop
+    roles = {v: r for ax in p.program_axes for v, r in ax.roles}
+    assert roles == {"cur_batch": "batch", "cur_head": "head", "split_id": "split"}
+    free = dataflow.independent_of_axis(p, "head")
+    assert ("k", 14) in free and ("cur_batch_seq_len", 11) in free  # K rows are shared by all heads here
+    assert ("q", 12) not in free and ("q", 16) not in free

@@ -41,6 +41,17 @@ def register(sub) -> None:
     _common(p)
     p.set_defaults(func=cmd_list)
 
+    p = verbs.add_parser("promote", help="write a library skeleton folder from a history candidate (SKP...)",
+                         description="Write skeletons/SKnnn-<name>/ (skeleton.toml, docs.md, before.py, after.py) "
+                         "from a candidate distilled by `skel mine --history`, for a person to review and finish. "
+                         "The folder is generated; --check proves it is still what the generator writes "
+                         "(exit 1 and one line per differing file otherwise).")
+    p.add_argument("code", help="candidate code, e.g. SKP3FA91")
+    p.add_argument("--as", dest="as_code", metavar="SKnnn", help="library code to use (default: the next free one)")
+    p.add_argument("--check", action="store_true", help="do not write: compare the promoted folder with the generator's output")
+    _common(p)
+    p.set_defaults(func=cmd_promote)
+
     p = verbs.add_parser("show", help="show one skeleton: docs, conditions, constraints, example, evidence",
                          description="Show one skeleton in full, with its evidence from the catalog.")
     p.add_argument("code", help="skeleton code, e.g. SK001")
@@ -113,17 +124,87 @@ def cmd_list(args) -> int:
         and (not args.lifecycle or s.lifecycle == args.lifecycle)
         and (not args.family or args.family in s.families)
     ]
+    # History candidates (`skel mine --history`) are preview skeletons without a category or family yet.
+    cands = []
+    if args.lifecycle in (None, "preview") and not args.category and not args.family and args.target in (None, "triton"):
+        cands = _candidates(args)
     if args.json:
         ev = _evidence(args, [s.code for s in chosen])
-        emit_json([_entry(s, ev[s.code]) for s in chosen])
+        emit_json([_entry(s, ev[s.code]) for s in chosen] + [c.to_json() for c in cands])
         return EXIT_OK
-    if not chosen:
+    if not chosen and not cands:
         print("no skeleton matches these filters")
         return EXIT_OK
-    width = max(len(s.name) for s in chosen)
+    width = max([len(s.name) for s in chosen] + [len(c.name) for c in cands])
     for s in chosen:
         print(f"{s.code}  {s.name:<{width}}  {s.category:<11} {s.lifecycle:<10} {s.safety:<6} {','.join(s.targets)}")
+    for c in cands:
+        status = "preview" if c.status == "preview" else f"promoted as {c.promoted_as}"
+        print(f"{c.code}  {c.name:<{width}}  candidate score {c.score:g}, {c.kernels} kernels, {c.commits} commits  "
+              f"{status}")
     return EXIT_OK
+
+
+def _candidates(args) -> list:
+    """History candidates from the catalog database; none when there is no database yet."""
+    from skel.catalog import store
+
+    path = args.catalog or store.default_catalog_path()
+    if not Path(path).exists():
+        return []
+    with store.open_catalog(path) as cat:
+        return cat.candidates()
+
+
+def cmd_promote(args) -> int:
+    from skel.catalog import promote, store
+    from skel.catalog.library import CODE_RE, load_skeleton
+
+    root = Path(args.library or default_root())
+    path = args.catalog or store.default_catalog_path()
+    cand = None
+    if Path(path).exists():
+        with store.open_catalog(path) as cat:
+            cand = cat.candidate(args.code)
+    if cand is None:
+        raise UsageError(f"no candidate {args.code!r} in the catalog {path} (run `skel mine --history REPO`, "
+                         "then `skel catalog list --status preview`)")
+    existing = promote.find_promoted(root, cand.code)
+    if args.as_code and not CODE_RE.match(args.as_code.upper()):
+        raise UsageError(f"--as {args.as_code!r}: a library code looks like SK014")
+    if args.check:
+        if existing is None:
+            raise UsageError(f"{cand.code}: no folder under {root} was generated from it (nothing to check)")
+        p = promote.render(cand, existing.name[:5], root)
+        p = promote.Promotion(p.candidate, p.code, existing, p.files)
+        problems = promote.check(p)
+        if args.json:
+            emit_json({"candidate": cand.code, "folder": str(existing), "problems": problems})
+        else:
+            for line in problems:
+                print(line, file=sys.stderr)
+            if not problems:
+                print(f"{existing}: up to date with candidate {cand.code}")
+        return EXIT_FINDINGS if problems else EXIT_OK
+    if existing is not None:
+        raise UsageError(f"{cand.code} was already promoted to {existing} (use --check to verify it)")
+    code = (args.as_code or promote.next_code(root)).upper()
+    if any(p.name.startswith(code) for p in root.iterdir()):
+        raise UsageError(f"{code} is already used in {root}; codes are never reused (pick another with --as)")
+    p = promote.render(cand, code, root)
+    promote.write(p)
+    sk, problems = load_skeleton(p.folder)
+    with store.open_catalog(path) as cat:
+        cat.mark_promoted(cand.code, code)
+    if args.json:
+        emit_json({"candidate": cand.code, "code": code, "folder": str(p.folder),
+                   "problems": [str(x) for x in problems]})
+    else:
+        print(f"wrote {p.folder} from {cand.code}; review it, add a detector for its conditions, "
+              f"then run `skel catalog check`")
+        for x in problems:
+            print(f"problem: {x}", file=sys.stderr)
+    return EXIT_USAGE if problems else EXIT_OK
 
 
 def cmd_show(args) -> int:

@@ -27,6 +27,14 @@ Exit status: 0 when the run completes, whatever it found or could not read (mini
 not a check: see `skel match` for a verdict on one file); 2 for a usage error or an
 unusable catalog.
 
+History (--history): PATH must be a git checkout or a bare repository. Every non-merge
+commit that changed a Triton kernel file (under --under, if given) is diffed at the
+syntax-tree level, function by function (formatting, consistent renames and moved code
+are not edits); recurring edits are generalised into patterns with holes and stored in
+the catalog as preview candidate skeletons (`skel catalog list --status preview`). The
+catalog remembers the last mined commit per repository: the next run walks only newer
+commits. Plain mining (without --history) never reads history.
+
 --json prints {"files", "kernels", "instances": [{"skeleton", "path", "line", "kernel"}],
 "opportunities": [...same keys...], "errors": [{"path", "error"}]}, where files counts the
 source files looked at and kernels the kernels profiled (jit helper functions excluded)."""
@@ -50,6 +58,16 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="re-parse files even when unchanged since the last run")
     p.add_argument("--max-bytes", type=_positive_int, default=None, metavar="N",
                    help="skip files larger than N bytes (default: 5000000)")
+    h = p.add_argument_group("history mining")
+    h.add_argument("--history", action="store_true",
+                   help="mine the git history of PATH (a checkout or bare repository) into candidate skeletons")
+    h.add_argument("--under", action="append", default=[], metavar="DIR",
+                   help="only kernel files under DIR (relative to the repository top; repeatable)")
+    h.add_argument("--max-commits", type=_positive_int, default=None, metavar="N",
+                   help="on the first run, only the newest N commits")
+    h.add_argument("--min-support", type=_positive_int, default=2, metavar="N",
+                   help="a pattern needs N distinct (commit, kernel) occurrences (default 2)")
+    h.add_argument("--rev", default="HEAD", help="history up to this revision (default HEAD)")
     p.set_defaults(func=handler)
 
 
@@ -68,6 +86,8 @@ def handler(args) -> int:
 
     if not args.paths:
         raise UsageError("skel mine: give at least one PATH")
+    if args.history:
+        return _history(args)
     progress = None if args.no_progress else Progress(sys.stderr)
     try:
         report = mine(args.paths, catalog=args.catalog, jobs=args.jobs, force=args.force,
@@ -83,6 +103,33 @@ def handler(args) -> int:
         for line in tally(report):
             print(line)
     print(report.summary(), file=sys.stderr)
+    return EXIT_OK
+
+
+def _history(args) -> int:
+    from skel.miner.history import mine_history
+    from skel.miner.history_git import GitError
+
+    reports = []
+    for path in args.paths:
+        try:
+            reports.append(mine_history(path, catalog=args.catalog, paths=tuple(args.under), rev=args.rev,
+                                        max_commits=args.max_commits, min_support=args.min_support, force=args.force))
+        except GitError as exc:
+            raise UsageError(f"skel mine --history: {exc}") from None
+    if args.json:
+        emit_json([r.to_json() for r in reports])
+        return EXIT_OK
+    for r in reports:
+        for commit, path, error in r.errors:
+            print(f"{path}@{commit[:10]}: error: {error}")
+        for c in r.candidates[:20]:
+            d = c.to_json()
+            first = d["edits"][0]
+            print(f"{c.code}  score {d['score']:g}  {d['kernels']} kernels, {d['commits']} commits: "
+                  f"{first['before'] or '(insert)'} => {first['after'] or '(delete)'}"
+                  + (f" (+{len(d['edits']) - 1} edits)" if len(d["edits"]) > 1 else ""))
+        print(r.summary(), file=sys.stderr)
     return EXIT_OK
 
 
