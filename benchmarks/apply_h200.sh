@@ -21,6 +21,7 @@ cp /tmp/site/fla/ops/kda/fused_recurrent.py /tmp/work/fla_kda_decode.py
 cp /tmp/site/fla/ops/gated_delta_rule/fused_recurrent.py /tmp/work/fla_gdn_decode.py
 cp kernels/kda_decode/kernel.py /tmp/work/kda_decode.py
 cp kernels/gdn_decode/kernel.py /tmp/work/gdn_decode.py
+cp kernels/state_merge/kernel.py /tmp/work/state_merge.py
 run() {  # name, shapes, target, extra args...
   local name=$1 shapes=$2 target=$3; shift 3
   echo "=== $name: skel apply $target $*"
@@ -36,6 +37,7 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     kda_upstream) run kda_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py $STRUCT ;;
     kda_suite) run kda_suite "$KDA_SHAPES" /tmp/work/kda_decode.py $STRUCT ;;
     gdn_suite) run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py $STRUCT --skeleton SK005 --max-candidates 20 ;;
+    state_merge) run state_merge decode /tmp/work/state_merge.py --skeleton SK007 ;;
     gdn_upstream) run gdn_upstream "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py $STRUCT ;;
   esac
 done

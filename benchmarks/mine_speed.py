@@ -79,6 +79,11 @@ def run_mine(roots, catalog: Path, jobs: int | None) -> tuple[float, dict, str]:
     return wall, json.loads(proc.stdout), proc.stderr.strip().splitlines()[0]
 
 
+def _parsed(summary: str) -> int:
+    m = re.search(r"\((\d+) parsed", summary)
+    return int(m.group(1)) if m else -1
+
+
 def bench_fla(repeat: int, jobs: int | None) -> dict:
     root = fetch(*FLA)
     py = list((root / "fla").rglob("*.py"))
@@ -86,18 +91,28 @@ def bench_fla(repeat: int, jobs: int | None) -> dict:
     jit = sum(1 for p in py if "triton" in (t := p.read_text(errors="replace")) and "jit" in t)
     cold, warm = [], []
     last = None
-    for _ in range(repeat):
+    discarded = 0
+    while len(cold) < repeat and discarded < 3 * repeat:
         with tempfile.TemporaryDirectory() as tmp:
             cat = Path(tmp) / "catalog.sqlite"
-            cold.append(run_mine(root / "fla", cat, jobs))
-            warm.append(run_mine(root / "fla", cat, jobs))
-            last = cold[-1][1]
+            c = run_mine(root / "fla", cat, jobs)
+            w = run_mine(root / "fla", cat, jobs)
+        if _parsed(w[2]) != 0:
+            # the miner's own code changed between the two runs (its fingerprint is part of
+            # the cache key): not a warm run; measure again
+            discarded += 1
+            continue
+        cold.append(c)
+        warm.append(w)
+        last = c[1]
+    if not cold:
+        raise SystemExit(f"every warm run re-parsed files ({discarded} tries): is someone editing miner/ right now?")
     return {
         "root": root / "fla", "files": len(py), "bytes": size, "jit_files": jit,
         "cold": [c[0] for c in cold], "warm": [w[0] for w in warm],
         "cold_summary": cold[-1][2], "warm_summary": warm[-1][2],
         "kernels": last["kernels"], "instances": len(last["instances"]),
-        "opportunities": len(last["opportunities"]), "errors": last["errors"],
+        "opportunities": len(last["opportunities"]), "errors": last["errors"], "discarded": discarded,
     }
 
 
@@ -172,7 +187,8 @@ def report(fla: dict | None, fi: dict | None, args) -> str:
         "",
         f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
         f"- machine: {platform.node()}, {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
-        f"- load average at start: {args.load}",
+        f"- load average at start: {args.load}; at the end: "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " (other work on the machine inflates times)",
         f"- versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + f", repo at {git_rev()}",
         f"- command: `python benchmarks/mine_speed.py --repeat {args.repeat}"
         + (f" --jobs {args.jobs}" if args.jobs else "") + (" --no-flashinfer" if args.no_flashinfer else "")
@@ -190,6 +206,12 @@ def report(fla: dict | None, fi: dict | None, args) -> str:
             "|---|---|---|---|",
             f"| cold | {med(fla['cold']):.2f} | {', '.join(f'{x:.2f}' for x in fla['cold'])} | <= 5 |",
             f"| warm | {med(fla['warm']):.2f} | {', '.join(f'{x:.2f}' for x in fla['warm'])} | <= 0.5 |",
+            "",
+            "The issue and FACTS.md speak of 571 .py files; the fla-core 0.6.0 wheel (and its sdist) hold "
+            f"{fla['files']}: this is the whole package as published.",
+            "",
+            f"Pairs discarded because the warm run re-parsed files (the miner's code changed meanwhile): "
+            f"{fla['discarded']}.",
             "",
             f"Found: {fla['kernels']} kernels, {fla['instances']} instances, {fla['opportunities']} opportunities, "
             f"{len(fla['errors'])} errors.",

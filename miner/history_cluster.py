@@ -1,7 +1,9 @@
 """Cluster mined kernel edits into ranked patterns (see ``history_patterns`` for the terms).
 
-Ranking: ``score = kernels + commits + 2 * perf_commits``, where kernels and commits
-count distinct occurrences and perf_commits the commits whose message speaks of speed
+Ranking: ``score = 2 * commits + log2(1 + kernels) + 2 * perf_commits``, where kernels and
+commits count distinct occurrences (commits weigh more: one sweeping commit that edits 200
+kernels the same way is one decision, not 200) and perf_commits the commits whose message
+speaks of speed
 (speed, faster, perf, optimize, latency, a percentage, "1.3x"). Gate verdicts are not
 part of the score yet (see the history benchmark's notes).
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 import re
 from collections import defaultdict
 
@@ -26,7 +29,10 @@ def distill(mined: list[MinedEdit], min_support: int = MIN_SUPPORT) -> list[Patt
     clusters: dict[str, list[tuple[MinedEdit, _Compound, list[int]]]] = defaultdict(list)
     sizes: dict[str, int] = {}
     for m in mined:
-        c = compound(m.kernel_edit)
+        try:
+            c = compound(m.kernel_edit)
+        except (SyntaxError, ValueError, RecursionError):  # a stored edit that does not parse back: skip it
+            continue
         kinds = {t[0] for t in c.texts}
         if len(c.texts) <= MAX_EDITS and ("replace" in kinds or {"insert", "delete"} <= kinds):
             pe, _ = numbered(c.texts)
@@ -82,7 +88,7 @@ def _pattern(key: str, items: list[tuple[MinedEdit, _Compound, list[int]]]) -> P
     return Pattern(
         key=key, edits=tuple(edits), holes=holes, refined=tuple(refined), refined_holes=refined_holes,
         conditions=_conditions(items, refined, refined_holes, bindings), occurrences=occurrences, kernels=kernels,
-        commits=len(commits), perf_commits=perf, score=float(kernels + len(commits) + 2 * perf),
+        commits=len(commits), perf_commits=perf, score=round(2 * len(commits) + math.log2(1 + kernels) + 2 * perf, 2),
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith)
 _LIFT = (ast.Name, ast.Constant, ast.Attribute)
+MAX_CHANGED = 24  # changed statements above which a function counts as rewritten, not edited
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def diff_files(path: str, old: ast.Module, new: ast.Module) -> list[KernelEdit]:
     out = []
     for name, fa in after.items():
         fb = before.get(name)
-        if fb is None or _dump(fb) == _dump(fa):
+        if fb is None or _cached(fb, "dump", lambda f: _dump(f)) == _cached(fa, "dump", lambda f: _dump(f)):
             continue
         names = local_names(fb) | local_names(fa)
         edits = diff_functions(fb, fa, names)
@@ -96,6 +97,16 @@ def local_names(fn: ast.FunctionDef) -> set[str]:
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
     return names
+
+
+def _cached(fn: ast.AST, what: str, compute):
+    """Per-function results kept on the node: a parsed blob is the new side of one commit and the old of the next."""
+    attr = "_skel_" + what
+    value = getattr(fn, attr, None)
+    if value is None:
+        value = compute(fn)
+        setattr(fn, attr, value)
+    return value
 
 
 # ------------------------------------------------------------------ tokens
@@ -133,13 +144,35 @@ def _header(st: ast.AST) -> ast.AST:
     return h
 
 
+_SKIP_FIELDS = ("ctx", "type_comment")
+
+
+def _ser(node, blank: frozenset[str] | set[str] | None = None) -> str:
+    """A compact structural dump (no positions, no load/store context); ``blank`` names print as ``_``.
+
+    Hand-written rather than ``ast.dump`` because history mining dumps every statement of
+    every changed kernel: this is the hot loop.
+    """
+    if isinstance(node, ast.AST):
+        if blank is not None:
+            if type(node) is ast.Name and node.id in blank:
+                return "_"
+            if type(node) is ast.arg and node.arg in blank:
+                return "(arg _ " + _ser(node.annotation, blank) + ")"
+        return "(" + type(node).__name__ + " " + " ".join(
+            _ser(getattr(node, f, None), blank) for f in node._fields if f not in _SKIP_FIELDS) + ")"
+    if isinstance(node, list):
+        return "[" + ",".join(_ser(x, blank) for x in node) + "]"
+    return repr(node)
+
+
 def _dump(node: ast.AST) -> str:
-    return ast.dump(node, annotate_fields=False, include_attributes=False)
+    return _ser(node)
 
 
 def _shape(node: ast.AST, names: set[str]) -> str:
     """Dump with local names blanked: two statements of one shape differ only by names."""
-    return _dump(_rename(node, {n: "_" for n in names}))
+    return _ser(node, names)
 
 
 def _rename(node: ast.AST, mapping: dict[str, str]) -> ast.AST:
@@ -191,12 +224,18 @@ def _renames(tb: list[_Tok], ta: list[_Tok], names: set[str]) -> dict[str, str]:
 
 # -------------------------------------------------------------------- diff
 def diff_functions(fb: ast.FunctionDef, fa: ast.FunctionDef, names: set[str]) -> list[Edit]:
-    tb, ta = _tokens(fb), _tokens(fa)
+    """The edits from ``fb`` to ``fa``; none when the function was rewritten wholesale (see MAX_CHANGED)."""
+    tb, ta = _cached(fb, "tokens", _tokens), _cached(fa, "tokens", _tokens)
+    kb = _cached(fb, "keys", lambda f: [(t.nesting, _dump(t.node)) for t in tb])
+    ka = _cached(fa, "keys", lambda f: [(t.nesting, _dump(t.node)) for t in ta])
+    changed = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in
+                  difflib.SequenceMatcher(None, kb, ka, autojunk=False).get_opcodes() if tag != "equal")
+    if changed > MAX_CHANGED:
+        return []  # a rewrite or refactor of the whole function: no single recurring edit to learn from
     mapping = _renames(tb, ta, names)
     if mapping:
         tb = [_Tok(_rename(t.node, mapping), t.nesting, t.header) for t in tb]
-    kb = [(t.nesting, _dump(t.node)) for t in tb]
-    ka = [(t.nesting, _dump(t.node)) for t in ta]
+        kb = [(t.nesting, _dump(t.node)) for t in tb]
     deleted: list[_Tok] = []
     inserted: list[_Tok] = []
     edits: list[Edit] = []
@@ -319,6 +358,10 @@ def _single_differing_child(b: ast.AST, a: ast.AST):
 
 
 def _src(node: ast.AST) -> str:
+    if isinstance(node, ast.stmt) and getattr(node, "body", None) == []:
+        # A compound statement's header (its blocks are tokens of their own): keep it parseable.
+        node = copy.copy(node)
+        node.body = [ast.Pass()]
     return ast.unparse(node)
 
 

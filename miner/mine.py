@@ -292,7 +292,8 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
     # Big files first: the longest jobs start early and the tail stays short.
     order = sorted(todo, key=lambda p: -len(p.text))
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx)
+    try:
         futures = {pool.submit(_analyze_job, (p.cand.path, p.text, p.cand.language)): p for p in order}
         for fut in as_completed(futures):
             prep = futures[fut]
@@ -301,3 +302,8 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
             except Exception as exc:  # a worker died (out of memory, killed): report the file, go on
                 result = ([], [], f"worker failed: {type(exc).__name__}: {exc}")
             yield prep, result
+    except BaseException:
+        # Ctrl-C or a catalog failure: drop queued files instead of parsing them all first.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()

@@ -227,9 +227,10 @@ _ROW_FIELDS = frozenset({"params", "program_axes", "loops", "memops", "reduction
 def _tuplify(row: dict) -> dict:
     """JSON turns tuples into lists; turn them back (nested) so frozen dataclasses stay hashable."""
 
-    def conv(v):
-        if isinstance(v, list):
-            return tuple(conv(x) for x in v)
-        return v
+    # Scalars are most values: test the type inline instead of calling per value (warm
+    # re-mining reads every cached profile back).
+    return {k: (_conv(v) if v.__class__ is list else v) for k, v in row.items()}
 
-    return {k: conv(v) for k, v in row.items()}
+
+def _conv(v: list) -> tuple:
+    return tuple(_conv(x) if x.__class__ is list else x for x in v)

@@ -170,7 +170,9 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         outcomes.append(_judge(cand, cand_path, binding, path, shape_set, device, diff, options))
         progress(f"[{i}/{len(cset.candidates)}] {outcomes[-1].reason} ({time.monotonic() - started:.0f} s)")
     perf_measured = device == "cuda" and not options.dry_run
-    winners, outcomes = choose_winners(outcomes, perf_measured)
+    precision_only = frozenset(o.label for o in outcomes
+                               if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
+    winners, outcomes = choose_winners(outcomes, perf_measured, precision_only)
     output = None
     notes: list[str] = []
     if winners and not options.dry_run:

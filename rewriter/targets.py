@@ -27,6 +27,7 @@ class Fingerprint:
     entry: str  # top-level function the gate calls
     kernel_params: frozenset[str]  # parameters one @triton.jit kernel of the file must have
     dims: tuple[tuple[str, str], ...]  # shape dim -> expression over the entry's arguments
+    entry_params: frozenset[str] = frozenset()  # parameters the entry function must have
 
 
 _DECODE_DIMS = (("N", "q.shape[0]"), ("T", "q.shape[1]"))
@@ -36,11 +37,13 @@ FINGERPRINTS = (
                 frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0"}), _DECODE_DIMS),
     Fingerprint("gdn_decode", "fla_upstream.py", "fused_recurrent_gated_delta_rule_fwd",
                 frozenset({"q", "k", "v", "g", "beta", "A_log", "h0", "ht"}), _DECODE_DIMS),
-    Fingerprint("kda_decode", "spec.py", "kda_decode",
-                frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias"}), _DECODE_DIMS),
-    Fingerprint("gdn_decode", "spec.py", "gdn_decode", frozenset({"q", "k", "v", "A_log"}), _DECODE_DIMS),
-    Fingerprint("state_merge", "spec.py", "state_merge", frozenset(), ()),
-    Fingerprint("dsa_indexer", "spec.py", "dsa_indexer", frozenset(), ()),
+    # The suite's own targets (and copies of them): the launcher's signature is the contract.
+    Fingerprint("kda_decode", "spec.py", "kda_decode", frozenset(), _DECODE_DIMS,
+                frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias", "state"})),
+    Fingerprint("gdn_decode", "spec.py", "gdn_decode", frozenset(), _DECODE_DIMS,
+                frozenset({"q", "k", "v", "a", "b", "A_log", "dt_bias", "state"})),
+    Fingerprint("state_merge", "spec.py", "state_merge", frozenset(), (), frozenset({"state"})),
+    Fingerprint("dsa_indexer", "spec.py", "dsa_indexer", frozenset(), (), frozenset({"q", "k_cache"})),
 )
 
 
@@ -81,7 +84,10 @@ def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetB
         if any("jit" in ast.unparse(d) for d in fn.decorator_list)
     ]
     for fp in FINGERPRINTS:
-        if fp.entry in functions and any(fp.kernel_params <= params for params in jit_params):
+        entry = functions.get(fp.entry)
+        if entry is None or not fp.entry_params <= {a.arg for a in entry.args.args + entry.args.kwonlyargs}:
+            continue
+        if any(fp.kernel_params <= params for params in jit_params):
             spec = kernels_root() / fp.family / fp.harness
             return TargetBinding(path, fp.family, spec, fp.entry,
                                  f"recognised as {fp.family} (entry {fp.entry}, spec {fp.harness})", fp.dims)

@@ -26,6 +26,9 @@ def test_bind_recognises_suite_copy_and_upstream(tmp_path, fla_corpus):
     shutil.copy(KDA, copy)
     b = bind_target(copy, copy.read_text())
     assert (b.family, b.entry, b.spec.name) == ("kda_decode", "kda_decode", "spec.py")
+    for family in ("gdn_decode", "state_merge", "dsa_indexer"):
+        path = KERNELS / family / "kernel.py"
+        assert bind_target(path, path.read_text()).family == family
     for rel, family, entry in [
         ("fla/ops/kda/fused_recurrent.py", "kda_decode", "fused_recurrent_kda_fwd"),
         ("fla/ops/gated_delta_rule/fused_recurrent.py", "gdn_decode", "fused_recurrent_gated_delta_rule_fwd"),

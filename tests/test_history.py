@@ -61,7 +61,7 @@ def test_two_patterns_with_exact_holes_and_provenance(repo, mined):
         {"repo": str(path.resolve()), "commit": shas[6], "path": "ops/kernels.py", "line": 29,
          "kernel": "rmsnorm_kernel", "message": "perf: rsqrt in rmsnorm", "date": "2024-01-07T12:00:00+00:00"},
     ]
-    assert (rsqrt.kernels, rsqrt.commits, rsqrt.perf_commits, rsqrt.score) == (3, 2, 2, 9.0)
+    assert (rsqrt.kernels, rsqrt.commits, rsqrt.perf_commits, rsqrt.score) == (3, 2, 2, 10.0)
 
     assert [e.to_json() for e in exp2.edits] == [
         {"kind": "insert", "before": "", "after": "$1 = $2 * 1.4426950408889634"},
@@ -82,7 +82,7 @@ def test_two_patterns_with_exact_holes_and_provenance(repo, mined):
     assert [c.id for c in exp2.conditions] == ["seen-form", "inside-loop", "in-jit-function"]
     assert [(o.commit, o.kernel, o.line) for o in exp2.occurrences] == [
         (shas[7], "attn_fwd_kernel", 38), (shas[8], "decode_kernel", 60)]
-    assert (exp2.kernels, exp2.commits, exp2.perf_commits) == (2, 2, 1)
+    assert (exp2.kernels, exp2.commits, exp2.perf_commits, exp2.score) == (2, 2, 1, 7.58)
 
 
 def test_noise_commits_yield_no_edit(repo, mined):

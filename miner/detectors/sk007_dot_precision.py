@@ -72,6 +72,10 @@ def _operands_fp32(ctx: Ctx, d) -> bool:
     ops = _operands(ctx, d)
     if len(ops) < 2:
         return False
+    if _result_var(ctx, d) in [o.strip() for o in ops[:2]] and not any(HALF.search(o) for o in ops):
+        # The dot's own result comes back as an operand (S = tl.dot(M, S) + L): tl.dot returns
+        # fp32, and both operands must share a dtype, so from the second step on both are fp32.
+        return True
     for op in ops:
         if re.search(r"\.to\((?:tl\.)?(?:bfloat16|float16)|\.to\([^)]*element_ty", op):
             return False

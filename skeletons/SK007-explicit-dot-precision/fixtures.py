@@ -79,3 +79,31 @@ def explicit_tf32(a, b, c, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
     # skel-ok: SK007
     b_c = tl.dot(b_a, b_b, input_precision="tf32")
     tl.store(c + o_m[:, None] * N + o_n[None, :], b_c)
+
+
+@triton.jit
+def carried_state_chain(state, trans, local, C, K: tl.constexpr, V: tl.constexpr):
+    # Loads carry no dtype cast, but the dot's result is its own operand: fp32 from step two on.
+    i_n = tl.program_id(0)
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    b_s = tl.load(state + i_n * K * V + o_k[:, None] * V + o_v[None, :])
+    for i_c in range(0, C):
+        b_m = tl.load(trans + (i_n * C + i_c) * K * K + o_k[:, None] * K + o_k[None, :])
+        b_l = tl.load(local + (i_n * C + i_c) * K * V + o_k[:, None] * V + o_v[None, :])
+        # skel: SK007 opportunity
+        b_s = tl.dot(b_m, b_s) + b_l
+    tl.store(state + i_n * K * V + o_k[:, None] * V + o_v[None, :], b_s)
+
+
+@triton.jit
+def carried_bf16_chain(state, trans, C, K: tl.constexpr, V: tl.constexpr):
+    i_n = tl.program_id(0)
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    b_s = tl.load(state + i_n * K * V + o_k[:, None] * V + o_v[None, :]).to(tl.bfloat16)
+    for i_c in range(0, C):
+        b_m = tl.load(trans + (i_n * C + i_c) * K * K + o_k[:, None] * K + o_k[None, :]).to(tl.bfloat16)
+        # skel-ok: SK007
+        b_s = tl.dot(b_m, b_s).to(tl.bfloat16)
+    tl.store(state + i_n * K * V + o_k[:, None] * V + o_v[None, :], b_s)
