@@ -34,6 +34,7 @@ STRUCT="--skeleton SK001 --skeleton SK002 --exhaustive"
 for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gdn_upstream}; do
   case $job in
     rsqrt_upstream) run rsqrt_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --no-record ;;
+    kda_upstream_stages) run kda_upstream_stages "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --skeleton SK002 ;;
     kda_upstream) run kda_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py $STRUCT ;;
     kda_suite) run kda_suite "$KDA_SHAPES" /tmp/work/kda_decode.py $STRUCT ;;
     gdn_suite) run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py $STRUCT --skeleton SK005 --max-candidates 20 ;;

@@ -28,8 +28,10 @@ from skel.miner.history_cluster import distill
 from skel.miner.history_edits import diff_files
 from skel.miner.history_patterns import compound, numbered
 
+# Tokens too common to identify a skeleton on their own (masks, casts, index arithmetic).
 GENERIC = {"to", "tl", "triton", "torch", "load", "store", "program_id", "sum", "float32", "cdiv", "jit",
-           "arange", "zeros", "where", "op:*", "op:+", "op:-", "op://", "op:%"}
+           "arange", "zeros", "where", "op:*", "op:+", "op:-", "op://", "op:%", "op:/", "mask=", "other=", "dtype=",
+           "axis=", "dtype", "element_ty", "boundary_check=", "padding_option=", "'zero'", "make_block_ptr"}
 
 
 def tokens(text: str) -> set[str]:
@@ -129,7 +131,7 @@ def main() -> int:
     print("| skeleton | best matching candidate | support | its pattern | first occurrence |")
     print("|---|---|---|---|---|")
     for code, (name, _) in libsig.items():
-        ps = rediscovered.get(code)
+        ps = sorted(rediscovered.get(code, []), key=lambda p: (-p.commits, -p.score, p.code))
         if not ps:
             print(f"| {code} {name} | not found | | | |")
             continue

@@ -52,15 +52,17 @@ class Plan:
     subtiles: int  # register sub-tiles per program
     warps: int
     prefetch: bool
+    stages: int | None = None  # num_stages at the launch, where the launch sets it; None keeps it
 
     @property
     def label(self) -> str:
-        return f"P={self.programs},NS={self.subtiles},num_warps={self.warps}" + (",prefetch" if self.prefetch else "")
+        return (f"P={self.programs},NS={self.subtiles},num_warps={self.warps}" + (",prefetch" if self.prefetch else "")
+                + (f",num_stages={self.stages}" if self.stages is not None else ""))
 
     @property
     def params(self) -> tuple:
         return (("programs_per_head", self.programs), ("subtiles", self.subtiles),
-                ("num_warps", self.warps), ("prefetch", self.prefetch))
+                ("num_warps", self.warps), ("prefetch", self.prefetch), ("num_stages", self.stages))
 
 
 # Measured on the H200 at HV = 32, K = V = 128 (benchmarks/results/merge_tiles_probe.md),
@@ -75,13 +77,18 @@ DEFAULT_PLANS = (
     # One warp per program, as the GDN decode launches (phase A's best GDN structure was P=4):
     Plan(4, 1, 1, True),
     Plan(8, 1, 1, True),
+    # Hand prefetch and Triton's loop pipelining (tl.range(..., num_stages=2)) both hold the next
+    # step's inputs in registers; with one of them only, P=2/2 warps may fit where it spilled.
+    Plan(2, 1, 2, True, 1),
+    Plan(1, 2, 4, True, 1),
 )
 
 
 def _plans(options: RewriteOptions) -> list[Plan]:
     extra = dict(options.extra)
     given = extra.get("sk002_variants")
-    plans = [Plan(*map(int, p[:3]), bool(p[3])) for p in given] if given else list(DEFAULT_PLANS)
+    plans = ([Plan(*map(int, p[:3]), bool(p[3]), int(p[4]) if len(p) > 4 and p[4] is not None else None)
+              for p in given] if given else list(DEFAULT_PLANS))
     shape = dict(options.shape)
     k, v = shape.get("K"), shape.get("V")
     if k and v:  # prune by the register budget when the target shape is known
@@ -163,7 +170,7 @@ def _rewrite(src, found, plan: Plan, source: str) -> Rewrite:
         edits[func] = (lambda n: (lambda _u: n))(new)
         changes.append(Change(src.line(func), f"{func.name.value}: {plan.subtiles} register sub-tile(s) per program, "
                                               f"{plan.programs} program(s) per head"))
-        launch = L.plan(src.module, func, axis, plan.programs, plan.subtiles, plan.warps)
+        launch = L.plan(src.module, func, axis, plan.programs, plan.subtiles, plan.warps, plan.stages)
         if isinstance(launch, str):  # checked in _target with the same code path
             return C.failed(CODE, source, launch, SAFETY)[0]
         edits.update(launch.edits)

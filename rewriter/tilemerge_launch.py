@@ -96,7 +96,7 @@ def _grid(call: cst.Call, assigns) -> cst.BaseExpression | None:
 
 
 def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: int, ns: int,
-         warps: int | None) -> LaunchEdit | str:
+         warps: int | None, stages: int | None = None) -> LaunchEdit | str:
     """Edits of every launch of ``kernel``, or why the launch cannot be merged."""
     sites = C.launches(module, {kernel.name.value: kernel})
     if not sites:
@@ -155,7 +155,18 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
             out.lines.append((call, f"grid: {programs} programs per head, {ns} sub-tiles each"))
         if warps is not None:
             _set_warps(out, call, warps)
+        if stages is not None:
+            _set_stages(out, call, stages)
     return out
+
+
+def _set_stages(out: LaunchEdit, call: cst.Call, stages: int) -> None:
+    """Only where the launch sets num_stages: the merged loop prefetches by hand, and Triton's own
+    pipelining of the same loop then costs registers (an option the gate measures)."""
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "num_stages"), None)
+    if arg is not None and not (isinstance(arg.value, cst.Integer) and int(arg.value.value) == stages):
+        out.edits[arg] = lambda u: u.with_changes(value=cst.Integer(str(stages)))
+        out.lines.append((call, f"num_stages={stages}"))
 
 
 def _set_warps(out: LaunchEdit, call: cst.Call, warps: int) -> None:

@@ -211,3 +211,69 @@ def test_v2_catalog_is_migrated_to_v3_with_empty_history_tables(tmp_path):
         return rows
 
     assert tables(db) == tables(fresh)
+
+
+# ------------------------------------------------------------ pattern engine
+TARGET = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x, o, eps, D: tl.constexpr):
+    b = tl.load(x + tl.arange(0, D))  # row
+    c = tl.load(o + tl.arange(0, D))
+    b = b / tl.sqrt(tl.sum(b * b) + eps)   # normalise
+    c = c / tl.sqrt(tl.sum(b * b) + eps)
+    tl.store(o + tl.arange(0, D), b + c)
+
+
+def host(b):
+    return b / tl.sqrt(tl.sum(b * b) + 1)
+'''
+L2 = [{"kind": "replace", "before": "$1 / tl.sqrt(tl.sum($1 * $1) + $2)", "after": "$1 * tl.rsqrt(tl.sum($1 * $1) + $2)"}]
+
+
+def test_pattern_engine_binds_repeated_holes_keeps_formatting_and_is_idempotent():
+    from skel.rewriter.pattern import apply_pattern
+
+    r = apply_pattern("SKP00000", TARGET, L2, [{"id": "in-jit-function"}])
+    assert r.status == "applied" and [c.line for c in r.changes] == [9]
+    assert "    b = b * tl.rsqrt(tl.sum(b * b) + eps)   # normalise\n" in r.source
+    assert "    c = c / tl.sqrt(tl.sum(b * b) + eps)\n" in r.source  # $1 bound twice: c != b
+    assert "return b / tl.sqrt(tl.sum(b * b) + 1)" in r.source  # not a jit function
+    assert r.source.replace("b * tl.rsqrt(tl.sum(b * b) + eps)", "b / tl.sqrt(tl.sum(b * b) + eps)") == TARGET
+    assert apply_pattern("SKP00000", r.source, L2, [{"id": "in-jit-function"}]).status == "skipped"
+    everywhere = apply_pattern("SKP00000", TARGET, L2)
+    assert [c.line for c in everywhere.changes] == [9, 15]
+
+
+def test_pattern_engine_skips_statement_insertions_with_a_reason():
+    from skel.rewriter.pattern import apply_pattern
+
+    r = apply_pattern("SKP00000", TARGET, [{"kind": "insert", "before": "", "after": "$1 = $2 * 1.4426950408889634"}])
+    assert r.status == "skipped" and "inserts statements" in r.reason and r.source == TARGET
+
+
+def test_cli_apply_preview_shows_candidate_diffs_without_gating(mined, tmp_path, capsys):
+    _, db = mined
+    target = tmp_path / "t.py"
+    target.write_text(TARGET)
+    assert main(["apply", "--preview", str(target), "--catalog", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "applied  SKP" in out and "+    b = b * tl.rsqrt(tl.sum(b * b) + eps)   # normalise" in out
+    assert "inserts statements" in out and "not validated" in out
+    assert target.read_text() == TARGET
+
+
+def test_cli_mine_history_json_and_incremental(repo, tmp_path, capsys):
+    path, shas = repo
+    db = str(tmp_path / "c.sqlite")
+    assert main(["mine", "--history", str(path), "--catalog", db, "--json"]) == 0
+    [first] = json.loads(capsys.readouterr().out)
+    assert (first["commits"], first["head"], first["since"]) == (len(shas), shas[-1], None)
+    assert [c["key"].splitlines()[0] for c in first["candidates"]] == [
+        "replace: $1 / tl.sqrt($2) => $1 * tl.rsqrt($2)", "insert:  => $1 = $2 * 1.4426950408889634"]
+    assert main(["mine", "--history", str(path), "--catalog", db, "--json"]) == 0
+    [again] = json.loads(capsys.readouterr().out)
+    assert (again["commits"], again["blobs"]) == (0, 0)
+    assert [c["code"] for c in again["candidates"]] == [c["code"] for c in first["candidates"]]

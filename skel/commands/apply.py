@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--report-dir", type=Path, help="default ./skel-report-<target stem>/")
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds one candidate step may run")
     p.add_argument("--no-record", action="store_true", help="do not store verdicts in the catalog")
+    p.add_argument("--preview", action="store_true",
+                   help="show what the history candidates (SKP..., `skel mine --history`) would change; dry run, not gated")
     add_json(p)
     add_library(p)
     add_catalog(p)
@@ -50,6 +52,10 @@ def cmd_apply(args) -> int:
 
     if not args.target.is_file():
         raise UsageError(f"target {args.target} is not a file")
+    if args.preview:  # history candidates: separate path, see skel/commands/apply_preview.py
+        from skel.commands.apply_preview import run_preview
+
+        return run_preview(args)
     if args.in_place and args.output:
         raise UsageError("--in-place and --output exclude each other")
     try:
