@@ -21,7 +21,6 @@ import ast
 import copy
 import hashlib
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 
 from skel.catalog.library import Condition
