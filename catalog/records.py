@@ -12,6 +12,7 @@ compare equal after a round trip through the catalog.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import math
 from collections import Counter
@@ -19,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from skel.catalog.library import CODE_RE
+
+# Validation runs may also judge preview candidates mined from history (SKP + 5 hex digits).
+RUN_CODE_RE = re.compile(r"^(SK\d{3}|SKP[0-9A-F]{5})$")
 
 FINDING_KINDS = ("instance", "opportunity")
 
@@ -197,7 +201,7 @@ def check_finding(f: Finding) -> None:
 
 def check_run(r: ValidationRun) -> None:
     what = f"validation run on {r.kernel!r} [{r.shape}]"
-    if not r.skeletons or not all(isinstance(c, str) and CODE_RE.match(c) for c in r.skeletons):
+    if not r.skeletons or not all(isinstance(c, str) and RUN_CODE_RE.match(c) for c in r.skeletons):
         raise RecordError(f"{what}: skeletons must be a non-empty tuple of codes like SK001, got {r.skeletons!r}")
     for name in ("kernel", "shape", "dtype", "metric", "verdict"):
         if not isinstance(getattr(r, name), str) or not getattr(r, name):

@@ -529,3 +529,14 @@ def test_switch_to_wal_waits_for_a_writer_instead_of_failing(tmp_path):
     finally:
         releaser.join()
         conn.close()
+
+
+def test_validation_runs_accept_preview_candidate_codes(tmp_path):
+    """Verdicts on history-mined candidates (SKP + 5 hex) are evidence too; other codes are refused."""
+    from skel.catalog.records import RecordError, ValidationRun
+
+    with open_catalog(tmp_path / "c.sqlite") as cat:
+        cat.record_validation(ValidationRun(("SK001", "SKP0A1B2"), "kda_decode", "N1-T1", "bfloat16", "speedup", "faster"))
+        assert [r.skeletons for r in cat.validation_runs(skeleton="SKP0A1B2")] == [("SK001", "SKP0A1B2")]
+        with pytest.raises(RecordError):
+            cat.record_validation(ValidationRun(("SKPXYZ",), "kda_decode", "N1-T1", "bfloat16", "speedup", "faster"))
