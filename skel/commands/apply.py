@@ -58,6 +58,8 @@ def cmd_apply(args) -> int:
         return run_preview(args)
     if args.in_place and args.output:
         raise UsageError("--in-place and --output exclude each other")
+    if args.output and args.output.resolve() == args.target.resolve():
+        raise UsageError(f"--output {args.output} is the target itself: use --in-place (which keeps a backup)")
     try:
         library = load_library(args.library) if args.library else load_library()
     except LibraryError as exc:
