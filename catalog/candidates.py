@@ -102,7 +102,7 @@ class HistoryStore:
                     "INSERT OR REPLACE INTO history_edits(repo, commit_sha, message, committed_at, path, kernel, line, jit, "
                     "local_names_json, edits_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (m.repo, m.commit, m.message, m.date, ke.path, ke.kernel, ke.line, int(ke.jit),
-                     json.dumps(list(ke.local_names)), json.dumps([e.to_json() for e in ke.edits])),
+                     json.dumps(list(ke.local_names)), _edits_json(ke)),
                 )
 
     def history_edits(self, repo: str | None = None) -> list:
@@ -113,8 +113,9 @@ class HistoryStore:
         sql = "SELECT * FROM history_edits" + (" WHERE repo = ?" if repo else "") + " ORDER BY id"
         out = []
         for r in self._q(sql, (repo,) if repo else ()):
+            edits, sources = _read_edits(r["edits_json"])
             ke = KernelEdit(r["path"], r["kernel"], r["line"], bool(r["jit"]), tuple(json.loads(r["local_names_json"])),
-                            tuple(Edit.from_json(e) for e in json.loads(r["edits_json"])))
+                            tuple(Edit.from_json(e) for e in edits), sources)
             out.append(MinedEdit(r["repo"], r["commit_sha"], r["message"], r["committed_at"], ke))
         return out
 
@@ -157,6 +158,22 @@ class HistoryStore:
         with self.transaction():
             self._conn.execute("UPDATE candidates SET status = 'promoted', promoted_as = ? WHERE code = ?",
                                (library_code, code.upper()))
+
+
+def _edits_json(ke) -> str:
+    """``edits_json``: the edits, with the hashes of the two file versions they came from.
+
+    Stored as {"edits": [...], "sources": [...]}; rows written before sources were kept hold
+    the bare list (read as no sources: such candidates cannot be admitted until re-mined).
+    """
+    return json.dumps({"edits": [e.to_json() for e in ke.edits], "sources": list(ke.sources)})
+
+
+def _read_edits(text: str) -> tuple[list, tuple[str, ...]]:
+    data = json.loads(text)
+    if isinstance(data, list):
+        return data, ()
+    return data["edits"], tuple(data.get("sources", ()))
 
 
 def _candidate(r) -> CandidateSkeleton:

@@ -116,8 +116,10 @@ def _toml(c: CandidateSkeleton, code: str) -> str:
     unknown = _s("not measured: distilled from history; the gate has not run it yet")
     lines += ["[constraints]"] + [f"{k} = {unknown}" for k in ("registers", "shared_memory", "warps", "occupancy", "grows_with")] + [""]
     for o in occ[:6]:
+        # A variant pair (`skel mine --variants`) has no commit: its message names both kernels.
+        version = "variant pair" if o["message"].startswith("variant pair:") else "commit " + o["commit"][:12]
         lines += ["[[provenance]]", f"repo = {_s(o['repo'])}", f"path = {_s(o['path'])}", f"line = {max(1, int(o['line']))}",
-                  f"version = {_s('commit ' + o['commit'][:12])}", f"note = {_s(o['kernel'] + ': ' + o['message'])}", ""]
+                  f"version = {_s(version)}", f"note = {_s(o['kernel'] + ': ' + o['message'])}", ""]
     return "\n".join(lines)
 
 

@@ -16,6 +16,8 @@ means a full re-mine of that repository. Nothing from the repository is imported
 from __future__ import annotations
 
 import ast
+import dataclasses
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -121,6 +123,11 @@ def mine_history(
             cat.close()
 
 
+def text_hash(text: str) -> str:
+    """sha256 of a kernel file's text as `skel apply` hashes its target (newlines as Python reads them)."""
+    return hashlib.sha256(text.replace("\r\n", "\n").replace("\r", "\n").encode()).hexdigest()
+
+
 def _stored_patterns(cat: Catalog) -> tuple[Pattern, ...]:
     return tuple(_Stored(c) for c in cat.candidates())
 
@@ -145,6 +152,7 @@ def _selected(path: str, paths: tuple[str, ...]) -> bool:
 def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
     stats = {"kernel_commits": 0, "files": 0, "blobs": 0, "errors": []}
     parsed: dict[str, ast.Module | None | str] = {}
+    hashes: dict[str, str] = {}  # blob id -> text_hash of its content (held-out checks need it)
     mined: list[MinedEdit] = []
 
     with git.BlobReader(root) as reader:
@@ -153,6 +161,8 @@ def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
                 return parsed[blob]
             data = reader.read(blob)
             stats["blobs"] += 1
+            if data is not None:
+                hashes[blob] = text_hash(data.decode("utf-8", errors="replace"))
             result = None
             if data is not None and all(m in data for m in _MARKERS):
                 try:
@@ -174,7 +184,9 @@ def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
                 if old is None or new is None:
                     continue
                 stats["files"] += 1
+                sources = tuple(hashes[b] for b in (ch.old_blob, ch.new_blob) if b in hashes)
                 for ke in diff_files(ch.new_path, old, new):
+                    ke = dataclasses.replace(ke, sources=sources)
                     mined.append(MinedEdit(repo, c.sha, c.message, c.date, ke))
                     touched = True
             stats["kernel_commits"] += touched

@@ -4,8 +4,8 @@ Ranking: ``score = 2 * commits + log2(1 + kernels) + 2 * perf_commits``, where k
 commits count distinct occurrences (commits weigh more: one sweeping commit that edits 200
 kernels the same way is one decision, not 200) and perf_commits the commits whose message
 speaks of speed
-(speed, faster, perf, optimize, latency, a percentage, "1.3x"). Gate verdicts are not
-part of the score yet (see the history benchmark's notes).
+(speed, faster, perf, optimize, latency, a percentage, "1.3x"). Gate verdicts lower it at
+read time (numerics failures, slower-only trials) and decide admission: skel.rewriter.preview.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from skel.catalog.library import Condition
 from skel.miner.history_patterns import (
-    _HOLE, MAX_EDITS, MIN_SUPPORT, PERF_RE, REDUCTIONS, Hole, MinedEdit, Occurrence, Pattern, PatternEdit,
+    _HOLE, MAX_EDITS, MIN_SUPPORT, PERF_RE, VARIANT_MIN_SUPPORT, VARIANT_PREFIX, REDUCTIONS, Hole, MinedEdit, Occurrence, Pattern, PatternEdit,
     _Compound, compound, compound_key, meaningful, numbered,
 )
 
@@ -25,7 +25,8 @@ _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 
 def distill(mined: list[MinedEdit], min_support: int = MIN_SUPPORT) -> list[Pattern]:
-    """Every pattern seen in at least ``min_support`` distinct (commit, file, kernel) occurrences, best first."""
+    """Every pattern seen in at least ``min_support`` distinct (commit, file, kernel) occurrences, or in
+    ``VARIANT_MIN_SUPPORT`` aligned variant pairs (``skel mine --variants``), best first."""
     clusters: dict[str, list[tuple[MinedEdit, _Compound, list[int]]]] = defaultdict(list)
     sizes: dict[str, int] = {}
     for m in mined:
@@ -50,7 +51,8 @@ def distill(mined: list[MinedEdit], min_support: int = MIN_SUPPORT) -> list[Patt
                     clusters[key].append((m, c, [i]))
                     sizes[key] = 1
     occ = {k: {_where(m) for m, _, _ in v} for k, v in clusters.items()}
-    keep = [k for k, v in clusters.items() if len(occ[k]) >= min_support]
+    keep = [k for k, v in clusters.items() if len(occ[k]) >= min_support
+            or sum(w[0].startswith(VARIANT_PREFIX) for w in occ[k]) >= VARIANT_MIN_SUPPORT]
     # A cluster whose occurrences a larger compound explains entirely adds nothing.
     keep = [k for k in keep if not any(sizes[o] > sizes[k] and occ[k] <= occ[o] for o in keep)]
     patterns = [_pattern(k, _dedupe(clusters[k])) for k in keep]
@@ -89,6 +91,7 @@ def _pattern(key: str, items: list[tuple[MinedEdit, _Compound, list[int]]]) -> P
         key=key, edits=tuple(edits), holes=holes, refined=tuple(refined), refined_holes=refined_holes,
         conditions=_conditions(items, refined, refined_holes, bindings), occurrences=occurrences, kernels=kernels,
         commits=len(commits), perf_commits=perf, score=round(2 * len(commits) + math.log2(1 + kernels) + 2 * perf, 2),
+        sources=tuple(sorted({h for m, _, _ in items for h in m.kernel_edit.sources})),
     )
 
 

@@ -61,6 +61,9 @@ class KernelEdit:
     jit: bool  # decorated with a *jit* decorator (a Triton kernel or device helper)
     local_names: tuple[str, ...]  # names bound in the function (they become name holes)
     edits: tuple[Edit, ...]
+    # sha256 of the two file versions (text) diffed: a kernel the candidate was distilled from,
+    # so gate evidence on it is not held-out (see skel.rewriter.preview).
+    sources: tuple[str, ...] = ()
 
 
 def functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
@@ -223,14 +226,14 @@ def _renames(tb: list[_Tok], ta: list[_Tok], names: set[str]) -> dict[str, str]:
 
 
 # -------------------------------------------------------------------- diff
-def diff_functions(fb: ast.FunctionDef, fa: ast.FunctionDef, names: set[str]) -> list[Edit]:
-    """The edits from ``fb`` to ``fa``; none when the function was rewritten wholesale (see MAX_CHANGED)."""
+def diff_functions(fb: ast.FunctionDef, fa: ast.FunctionDef, names: set[str], max_changed: int = MAX_CHANGED) -> list[Edit]:
+    """The edits from ``fb`` to ``fa``; none when the function was rewritten wholesale (over ``max_changed``)."""
     tb, ta = _cached(fb, "tokens", _tokens), _cached(fa, "tokens", _tokens)
     kb = _cached(fb, "keys", lambda f: [(t.nesting, _dump(t.node)) for t in tb])
     ka = _cached(fa, "keys", lambda f: [(t.nesting, _dump(t.node)) for t in ta])
     changed = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in
                   difflib.SequenceMatcher(None, kb, ka, autojunk=False).get_opcodes() if tag != "equal")
-    if changed > MAX_CHANGED:
+    if changed > max_changed:
         return []  # a rewrite or refactor of the whole function: no single recurring edit to learn from
     mapping = _renames(tb, ta, names)
     if mapping:

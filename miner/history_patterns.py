@@ -27,6 +27,10 @@ from skel.catalog.library import Condition
 from skel.miner.history_edits import Edit, KernelEdit
 
 MIN_SUPPORT = 2  # occurrences in distinct (commit, kernel) pairs
+# Variant mining (skel.miner.variants) stores its edits under pseudo-repositories with this prefix;
+# one aligned pair is deliberate evidence on its own, so its edits need this many occurrences.
+VARIANT_PREFIX = "variants:"
+VARIANT_MIN_SUPPORT = 1
 MAX_EDITS = 6  # a compound with more distinct edits is a refactor, not a skeleton
 PERF_RE = re.compile(r"\b(speed\w*|faster|fast|perf\w*|optimi[sz]\w*|accelerat\w*|latency|throughput)\b"
                      r"|\d+(\.\d+)?\s?%|\b\d+(\.\d+)?x\b", re.IGNORECASE)
@@ -92,6 +96,7 @@ class Pattern:
     commits: int  # distinct commits
     perf_commits: int  # commits whose message speaks of speed
     score: float
+    sources: tuple[str, ...] = ()  # sha256 of every file version it was distilled from (held-out check)
 
     @property
     def code(self) -> str:
@@ -108,6 +113,7 @@ class Pattern:
             "conditions": [{"id": c.id, "holds": c.holds, "fails": c.fails} for c in self.conditions],
             "occurrences": [o.to_json() for o in self.occurrences],
             "kernels": self.kernels, "commits": self.commits, "perf_commits": self.perf_commits, "score": self.score,
+            "sources": list(self.sources),
         }
 
 

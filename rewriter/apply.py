@@ -39,6 +39,7 @@ class ApplyOptions:
     time_limit: float = 300.0
     catalog: Path | None = None
     record: bool = True
+    preview: bool = False  # also judge the catalog's preview candidates (SKP...): skel.rewriter.preview
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,10 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
                                 max_candidates=options.max_candidates, exhaustive=options.exhaustive)
+    if options.preview:  # hook: preview candidates join the library's; the logic lives in skel.rewriter.preview
+        from skel.rewriter.preview import add_preview_candidates
+
+        add_preview_candidates(cset, source, options.catalog, options.skeletons, options.max_candidates)
     progress(f"{len(cset.candidates)} candidate(s); {len(cset.skipped)} skeleton(s) produced none")
     skipped = tuple((s.skeletons, s.reason) for s in cset.skipped)
     report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"

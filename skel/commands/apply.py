@@ -39,7 +39,8 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds one candidate step may run")
     p.add_argument("--no-record", action="store_true", help="do not store verdicts in the catalog")
     p.add_argument("--preview", action="store_true",
-                   help="show what the history candidates (SKP..., `skel mine --history`) would change; dry run, not gated")
+                   help="also judge the catalog's preview candidates (SKP..., `skel mine --history/--variants`): "
+                   "each alone, unsafe, through the same gate; their verdicts rank and admit them")
     add_json(p)
     add_library(p)
     add_catalog(p)
@@ -52,10 +53,6 @@ def cmd_apply(args) -> int:
 
     if not args.target.is_file():
         raise UsageError(f"target {args.target} is not a file")
-    if args.preview:  # history candidates: separate path, see skel/commands/apply_preview.py
-        from skel.commands.apply_preview import run_preview
-
-        return run_preview(args)
     if args.in_place and args.output:
         raise UsageError("--in-place and --output exclude each other")
     if args.output and args.output.resolve() == args.target.resolve():
@@ -66,6 +63,10 @@ def cmd_apply(args) -> int:
         raise UsageError(f"skeleton library has problems:\n{exc}") from None
     known = {s.code for s in library}
     unknown = [c for c in args.skeleton if c.upper() not in known]
+    if args.preview and unknown:  # SKP... codes are the catalog's preview candidates: skel.rewriter.preview
+        from skel.rewriter.preview import unknown_codes
+
+        unknown = unknown_codes(unknown, known, args.catalog)
     if unknown:
         raise UsageError(f"unknown skeleton code(s): {', '.join(unknown)}")
     options = ApplyOptions(
@@ -73,6 +74,7 @@ def cmd_apply(args) -> int:
         allow_unsafe=args.unsafe, dry_run=args.dry_run, shapes=args.shapes, harness=args.harness,
         device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
         report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
+        preview=args.preview,
     )
     result = apply(options, library)
     if args.json:

@@ -54,7 +54,7 @@ def register(sub) -> None:
 
     p = verbs.add_parser("show", help="show one skeleton: docs, conditions, constraints, example, evidence",
                          description="Show one skeleton in full, with its evidence from the catalog.")
-    p.add_argument("code", help="skeleton code, e.g. SK001")
+    p.add_argument("code", help="skeleton code, e.g. SK001, or a preview candidate, e.g. SKP3FA91")
     _common(p)
     p.set_defaults(func=cmd_show)
 
@@ -124,36 +124,26 @@ def cmd_list(args) -> int:
         and (not args.lifecycle or s.lifecycle == args.lifecycle)
         and (not args.family or args.family in s.families)
     ]
-    # History candidates (`skel mine --history`) are preview skeletons without a category or family yet.
+    # History/variant candidates (SKP...) are preview skeletons without a category or family yet;
+    # ranked after their gate verdicts: skel/commands/catalog_preview.py.
+    from skel.commands import catalog_preview
+
     cands = []
     if args.lifecycle in (None, "preview") and not args.category and not args.family and args.target in (None, "triton"):
-        cands = _candidates(args)
+        cands = catalog_preview.ranked(args)
     if args.json:
         ev = _evidence(args, [s.code for s in chosen])
-        emit_json([_entry(s, ev[s.code]) for s in chosen] + [c.to_json() for c in cands])
+        emit_json([_entry(s, ev[s.code]) for s in chosen] + [catalog_preview.entry(c, st) for c, st in cands])
         return EXIT_OK
     if not chosen and not cands:
         print("no skeleton matches these filters")
         return EXIT_OK
-    width = max([len(s.name) for s in chosen] + [len(c.name) for c in cands])
+    width = max([len(s.name) for s in chosen] + [len(c.name) for c, _ in cands])
     for s in chosen:
         print(f"{s.code}  {s.name:<{width}}  {s.category:<11} {s.lifecycle:<10} {s.safety:<6} {','.join(s.targets)}")
-    for c in cands:
-        status = "preview" if c.status == "preview" else f"promoted as {c.promoted_as}"
-        print(f"{c.code}  {c.name:<{width}}  candidate score {c.score:g}, {c.kernels} kernels, {c.commits} commits  "
-              f"{status}")
+    for c, st in cands:
+        print(catalog_preview.list_line(c, st, width))
     return EXIT_OK
-
-
-def _candidates(args) -> list:
-    """History candidates from the catalog database; none when there is no database yet."""
-    from skel.catalog import store
-
-    path = args.catalog or store.default_catalog_path()
-    if not Path(path).exists():
-        return []
-    with store.open_catalog(path) as cat:
-        return cat.candidates()
 
 
 def cmd_promote(args) -> int:
@@ -208,6 +198,12 @@ def cmd_promote(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from skel.catalog.candidates import CANDIDATE_RE
+
+    if CANDIDATE_RE.match(args.code.upper()):  # a preview candidate: skel/commands/catalog_preview.py
+        from skel.commands import catalog_preview
+
+        return catalog_preview.show(args)
     lib = _library(args)
     sk = lib.get(args.code)
     if sk is None:

@@ -35,6 +35,15 @@ the catalog as preview candidate skeletons (`skel catalog list --status preview`
 catalog remembers the last mined commit per repository: the next run walks only newer
 commits. Plain mining (without --history) never reads history.
 
+Variants (--variants): each PATH (file or folder) is one tree, e.g. an upstream library,
+one of its backends, a vendored copy. The @jit kernels of later PATHs are aligned with
+those of earlier PATHs that implement the same op (same or similar name once role and
+backend words such as kernel/npu/ascend are dropped, the same parameters modulo renames,
+similar statement structure) and each aligned pair is diffed like a commit, from the
+earlier PATH (the reference) to the later one (the variant). The edits join the history
+edits in the same clustering; their provenance is "variant pair: A:line vs B:line", and
+one pair is enough support. Unchanged files are not re-mined.
+
 --json prints {"files", "kernels", "instances": [{"skeleton", "path", "line", "kernel"}],
 "opportunities": [...same keys...], "errors": [{"path", "error"}]}, where files counts the
 source files looked at and kernels the kernels profiled (jit helper functions excluded)."""
@@ -58,9 +67,11 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="re-parse files even when unchanged since the last run")
     p.add_argument("--max-bytes", type=_positive_int, default=None, metavar="N",
                    help="skip files larger than N bytes (default: 5000000)")
-    h = p.add_argument_group("history mining")
+    h = p.add_argument_group("history and variant mining")
     h.add_argument("--history", action="store_true",
                    help="mine the git history of PATH (a checkout or bare repository) into candidate skeletons")
+    h.add_argument("--variants", action="store_true",
+                   help="align kernels implementing the same op across PATHs (reference first) and mine their differences")
     h.add_argument("--under", action="append", default=[], metavar="DIR",
                    help="only kernel files under DIR (relative to the repository top; repeatable)")
     h.add_argument("--max-commits", type=_positive_int, default=None, metavar="N",
@@ -86,8 +97,12 @@ def handler(args) -> int:
 
     if not args.paths:
         raise UsageError("skel mine: give at least one PATH")
+    if args.history and args.variants:
+        raise UsageError("skel mine: --history and --variants exclude each other (run them one after the other)")
     if args.history:
         return _history(args)
+    if args.variants:
+        return _variants(args)
     progress = None if args.no_progress else Progress(sys.stderr)
     try:
         report = mine(args.paths, catalog=args.catalog, jobs=args.jobs, force=args.force,
@@ -130,6 +145,33 @@ def _history(args) -> int:
                   f"{first['before'] or '(insert)'} => {first['after'] or '(delete)'}"
                   + (f" (+{len(d['edits']) - 1} edits)" if len(d["edits"]) > 1 else ""))
         print(r.summary(), file=sys.stderr)
+    return EXIT_OK
+
+
+def _variants(args) -> int:
+    from skel.miner.variants import mine_variants
+
+    if len(args.paths) < 2:
+        raise UsageError("skel mine --variants: give two or more PATHs (the reference first, then its variants)")
+    missing = [p for p in args.paths if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"skel mine --variants: {missing[0]}: no such file or directory")
+    report = mine_variants(args.paths, catalog=args.catalog, min_support=args.min_support, force=args.force)
+    if args.json:
+        emit_json(report.to_json())
+        return EXIT_OK
+    for path, error in report.errors:
+        print(f"{path}: error: {error}")
+    for p in report.pairs:
+        print(f"pair  {p.reference.where} {p.reference.name}  vs  {p.variant.where} {p.variant.name}: {p.edits} edits")
+    variant = [c for c in report.candidates
+               if any(o["message"].startswith("variant pair:") for o in c.to_json()["occurrences"])]
+    for c in variant[:20]:
+        d = c.to_json()
+        first = d["edits"][0]
+        print(f"{c.code}  score {d['score']:g}: {first['before'] or '(insert)'} => {first['after'] or '(delete)'}"
+              + (f" (+{len(d['edits']) - 1} edits)" if len(d["edits"]) > 1 else ""))
+    print(report.summary(), file=sys.stderr)
     return EXIT_OK
 
 
