@@ -65,9 +65,9 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE if args.verb is None and argv else 0
+    if not getattr(args, "func", None):  # no verb: a usage error, with the help that explains the verbs
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
