@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import itemgetter
 
 from skel.miner import cuda_ops as ops
 from skel.miner.cuda_graph import axes, base_name, first_declared, mark_time_loops, reads
@@ -24,12 +26,11 @@ _INTISH_NAME = re.compile(r"(?:^|_)(?:idx|id|num|len|size|stride|offset|count|n|
                           r"(?:_|$)|^(?:num|n)_|_(?:idx|len|size|stride|dim|id)$", re.I)
 
 
+_first = itemgetter(0)
+
+
 def _t(n) -> str:
     return n.text.decode("utf-8", "replace")
-
-
-def _line(n) -> int:
-    return n.start_point[0] + 1
 
 
 @dataclass
@@ -51,10 +52,16 @@ class _LoopCtx:
     line: int
     var: str
     defined: set = field(default_factory=set)  # names assigned inside the loop
+    end_byte: int = 0  # node.end_byte, read once per use by edges()
 
 
 class _Walker:
-    def __init__(self, params: list[Param], device_fns: dict[str, int]):
+    def __init__(self, params: list[Param], device_fns: dict[str, int], fn):
+        # Lines from byte offsets: Node.start_point builds a Point per call, ten times the
+        # cost of a bisect over the kernel's newline offsets.
+        self._first_byte, self._first_line = fn.start_byte, fn.start_point[0] + 1
+        self._newlines = [m.start() for m in re.finditer(b"\n", fn.text)]
+        self._handlers = _handlers_by_kind()  # plain functions: no reference cycle through self
         self.types: dict[str, str] = {p.name: p.annotation or "" for p in params}
         self.pointers = {p.name for p in params if p.annotation and "*" in p.annotation}
         self.shared: set[str] = set()
@@ -70,91 +77,96 @@ class _Walker:
         self.dots: list[Dot] = []
         self.axis_first: dict[int, int] = {}
         self.guards: list[str] = []
-        self._dispatch = {
-            "ERROR": self._error, "for_statement": self._walked(self.loop),
-            "while_statement": self._walked(self.loop), "do_statement": self._walked(self.loop),
-            "for_range_loop": self._walked(self.loop), "declaration": self._walked(self.declaration),
-            "assignment_expression": self._walked(self.assignment), "update_expression": self._update,
-            "field_expression": self.axis_use, "call_expression": self.call, "gnu_asm_expression": self.asm,
-            "subscript_expression": self.subscript, "pointer_expression": self._pointer,
-            "binary_expression": self._binary, "if_statement": self._branch,
-            "conditional_expression": self._branch,
-        }
         self.errors: list[int] = []
         self.calls: dict[str, int] = {}
         self.loop_bounds: dict[int, list[str]] = {}
-        self.def_text: dict[str, str] = {}
+        self.def_values: dict[str, list] = {}  # dataflow node -> value nodes, for def_text()
         self.assign_target: str | None = None
         self.target_node: str | None = None  # dataflow node being defined while walking its value
         self.extra_edges: list[tuple[str, str]] = []
         self.op_nodes: dict[str, int] = {}
 
+    def _line(self, n) -> int:
+        return self._first_line + bisect.bisect_left(self._newlines, n.start_byte - self._first_byte)
+
     # ---- dataflow -------------------------------------------------------------------
     def define(self, name: str, node, value_nodes, self_dep: bool = False) -> str:
-        target = f"{name}@{_line(node)}"
-        text = " ".join(_t(v) for v in value_nodes if v is not None)
-        if text:
-            self.def_text[target] = (self.def_text.get(target, "") + " " + text)[-400:]
-        for v in value_nodes:
-            if v is not None:
-                for src_name, byte in reads(v):
-                    self.uses.append((src_name, byte, target, tuple(self.loop_ctx)))
+        line = self._line(node)
+        target = f"{name}@{line}"
+        values = [v for v in value_nodes if v is not None]
+        if values:
+            self.def_values.setdefault(target, []).append(values)
+        loops = tuple(self.loop_ctx)
+        uses = self.uses
+        for v in values:
+            for src_name, byte in reads(v):
+                uses.append((src_name, byte, target, loops))
         if self_dep:
-            self.uses.append((name, node.start_byte, target, tuple(self.loop_ctx)))
-        self.defs.setdefault(name, []).append((node.end_byte, _line(node), target, tuple(self.loop_ctx)))
-        for ctx in self.loop_ctx:
+            uses.append((name, node.start_byte, target, loops))
+        self.defs.setdefault(name, []).append((node.end_byte, line, target, loops))
+        for ctx in loops:
             ctx.defined.add(name)
         return target
+
+    def def_text(self) -> dict[str, str]:
+        """Dataflow node -> the text of its defining values (last 400 characters), read from
+        the tree only when asked: only exp2 ops (log2e detection) need it."""
+        out: dict[str, str] = {}
+        for target, groups in self.def_values.items():
+            for values in groups:
+                text = " ".join(_t(v) for v in values)
+                if text:
+                    out[target] = (out.get(target, "") + " " + text)[-400:]
+        return out
 
     def edges(self) -> list[tuple[str, str]]:
         """Each use reads the textually latest definition before it, plus, inside loops, the
         last definition in the outermost enclosing loop (the value carried round the back edge)."""
-        out = []
+        out: list[tuple[str, str]] = []
+        add = out.append
+        all_defs = self.defs
         ends: dict[str, list[int]] = {}
-        for name, defs in self.defs.items():
-            defs.sort(key=lambda d: d[0])
+        for name, defs in all_defs.items():
+            defs.sort(key=_first)
             ends[name] = [d[0] for d in defs]
         for name, byte, target, loops in self.uses:
-            if name.startswith(("pid:", "tid:")):
-                out.append((name, target))
+            defs = all_defs.get(name)
+            if not defs:  # also pid:/tid: (never defined): the name itself is the source
+                add((name, target))
                 continue
-            defs = self.defs.get(name)
-            if not defs:
-                out.append((name, target))
-                continue
-            k = bisect.bisect_right(ends[name], byte)
-            srcs = [defs[k - 1][2]] if k else []
-            if loops:
-                outer_end = loops[0].node.end_byte
-                last = bisect.bisect_right(ends[name], outer_end) - 1
-                if last >= k:
-                    srcs.append(defs[last][2])
-            if not srcs:
-                srcs = [name]
-            out.extend((s, target) for s in srcs if s != target)
+            name_ends = ends[name]
+            k = bisect.bisect_right(name_ends, byte)
+            last = bisect.bisect_right(name_ends, loops[0].end_byte) - 1 if loops else -1
+            if k:
+                src = defs[k - 1][2]
+                if src != target:
+                    add((src, target))
+            if last >= k:
+                src = defs[last][2]
+                if src != target:
+                    add((src, target))
+            elif not k and name != target:
+                add((name, target))
         return list(dict.fromkeys(out + self.extra_edges))
 
     # ---- walk -----------------------------------------------------------------------
     def walk(self, n) -> None:
-        if n.child_count == 0:  # tokens: nothing to record (most nodes of a big kernel)
-            return
-        t = n.type
-        handler = self._dispatch.get(t)
-        if handler is not None:
-            if handler(n):  # the handler walked the children itself
-                return
-        for c in n.children:
-            self.walk(c)
+        if n.child_count:  # tokens: nothing to record
+            self._visit(n)
 
-    @staticmethod
-    def _walked(handler):
-        def run(n) -> bool:
-            handler(n)
-            return True
-        return run
+    def _visit(self, n) -> None:
+        """``walk`` for a node with children: the hot loop over every node of the kernel, so
+        dispatch is by grammar symbol id (no type string built) and tokens are not entered."""
+        handler = self._handlers.get(n.kind_id)
+        if handler is not None and handler(self, n):  # the handler walked the children itself
+            return
+        visit = self._visit
+        for c in n.children:
+            if c.child_count:
+                visit(c)
 
     def _error(self, n) -> bool:
-        self.errors.append(_line(n))
+        self.errors.append(self._line(n))
         return False
 
     def _update(self, n) -> bool:
@@ -192,7 +204,7 @@ class _Walker:
                 self.guards.pop()
         return True
 
-    def loop(self, n) -> None:
+    def loop(self, n) -> bool:
         kind = _LOOPS[n.type]
         body = n.child_by_field_name("body")
         header = _t(n)[: body.start_byte - n.start_byte] if body is not None else _t(n)
@@ -212,7 +224,7 @@ class _Walker:
             cond = n.child_by_field_name("condition")
             bounds = [x for x, _ in reads(cond)] if cond is not None else []
             var = bounds[0] if bounds else ""
-        ctx = _LoopCtx(n, _line(n), var)
+        ctx = _LoopCtx(n, self._line(n), var, end_byte=n.end_byte)
         if var:
             ctx.defined.add(var)
         self.loop_ctx.append(ctx)
@@ -227,12 +239,13 @@ class _Walker:
             self.walk(c)
         self.loop_ctx.pop()
         bounds = [b for b in bounds if b != var]
-        self.loops[index] = Loop(line=_line(n), end_line=n.end_point[0] + 1, var=var,
+        self.loops[index] = Loop(line=self._line(n), end_line=n.end_point[0] + 1, var=var,
                                  iter_text=" ".join(header.split()), kind=kind,
                                  is_time_loop=False, depth=len(self.loop_ctx), guards=tuple(self.guards))
         self.loop_bounds[index] = bounds
+        return True
 
-    def declaration(self, n) -> None:
+    def declaration(self, n) -> bool:
         text = _t(n)
         type_node = n.child_by_field_name("type")
         type_text = _t(type_node) if type_node is not None else ""
@@ -253,7 +266,7 @@ class _Walker:
                 self.shared.add(name)
                 size = re.findall(r"\[([^\]]*)\]", dtext)
                 self.shared_rows.append(SharedArray(name, type_text, " * ".join(size) if size else "",
-                                                    _line(n), "extern" in text.split(name)[0]))
+                                                    self._line(n), "extern" in text.split(name)[0]))
             value = d.child_by_field_name("value") if d.type == "init_declarator" else None
             if value is None and d.type == "init_declarator":  # T x(a, b) / T x{a}
                 value = next((c for c in d.named_children if c.type in ("argument_list", "initializer_list")), None)
@@ -265,8 +278,9 @@ class _Walker:
             for c in d.named_children:  # array sizes, nested expressions
                 if c != value and c.type not in ("identifier",):
                     self.walk(c)
+        return True
 
-    def assignment(self, n) -> None:
+    def assignment(self, n) -> bool:
         left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
         op = _t(n.child_by_field_name("operator"))
         name = base_name(left)
@@ -290,27 +304,34 @@ class _Walker:
         self.assign_target, self.target_node = name, node
         self.walk(right)
         self.assign_target = self.target_node = None
+        return True
 
     # ---- program axes -----------------------------------------------------------------
     def axis_use(self, n) -> None:
         obj, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
         if obj is not None and fld is not None and _t(obj) == "blockIdx" and _t(fld) in _AXES:
-            self.axis_first.setdefault(_AXES[_t(fld)], _line(n))
+            self.axis_first.setdefault(_AXES[_t(fld)], self._line(n))
 
     # ---- memory -----------------------------------------------------------------------
     def memory_access(self, n, kind: str, modifier: str | None, evict: str | None = None,
                       block: bool = False, pointer_node=None, space: str | None = None) -> str | None:
         """Record a memory op; returns its dataflow node ("load@LINE", "#2" for a second one)."""
         ptr = pointer_node if pointer_node is not None else n
-        ptr_reads = reads(ptr)
-        names = [x for x, _ in ptr_reads]
-        if space is None:
+        ptr_reads = None
+        if space is None:  # decided by the base only: most subscripts of a big kernel are registers
             base = ptr.child_by_field_name("argument") if ptr.type == "subscript_expression" else ptr
-            based = {x for x, _ in reads(base)} if base is not None else set(names)
+            if base is None or base == ptr:
+                ptr_reads = reads(ptr)
+                based = {x for x, _ in ptr_reads}
+            else:
+                based = {x for x, _ in reads(base)}
             space = "shared" if based & self.shared else ("global" if based & self.pointers else None)
-        if space is None:
-            return None
-        node = f"{kind}@{_line(n)}"
+            if space is None:
+                return None
+        if ptr_reads is None:
+            ptr_reads = reads(ptr)
+        names = [x for x, _ in ptr_reads]
+        node = f"{kind}@{self._line(n)}"
         self.op_nodes[node] = self.op_nodes.get(node, 0) + 1
         if self.op_nodes[node] > 1:
             node += f"#{self.op_nodes[node]}"
@@ -322,7 +343,7 @@ class _Walker:
             self.extra_edges.append((node, self.target_node))
         loop = self.loop_ctx[-1] if self.loop_ctx else None
         invariant = loop is None or not any(x in loop.defined for x in names)
-        self.memops.append(MemOp(kind=kind, line=_line(n), pointer=" ".join(_t(ptr).split()),
+        self.memops.append(MemOp(kind=kind, line=self._line(n), pointer=" ".join(_t(ptr).split()),
                                  target=self.assign_target if kind == "load" else None,
                                  masked=bool(self.guards), eviction_policy=evict, cache_modifier=modifier,
                                  block_ptr=block, loop_line=loop.line if loop else None,
@@ -368,7 +389,7 @@ class _Walker:
         if red is not None:
             axis = _t(argv[2]) if red == "warp-shuffle" and len(argv) >= 3 else (
                 _t(argv[1]) if red == "warp-shuffle" and len(argv) == 2 else None)
-            self.reductions.append(Reduction(red, _line(n), " ".join(_t(n).split()), axis, loop,
+            self.reductions.append(Reduction(red, self._line(n), " ".join(_t(n).split()), axis, loop,
                                              tuple(self.guards)))
         mop = ops.math_call(name)
         if mop is not None:
@@ -377,11 +398,11 @@ class _Walker:
                 detail.append(("arg", " ".join(_t(argv[0]).split())))
             if mop in ("rcp", "div") and argv:
                 detail.append(("denominator", " ".join(_t(argv[-1]).split())))
-            self.math.append(MathOp(mop, _line(n), " ".join(_t(n).split()), loop, tuple(detail),
+            self.math.append(MathOp(mop, self._line(n), " ".join(_t(n).split()), loop, tuple(detail),
                                    tuple(self.guards)))
         if ops.is_dot_call(name, full):
             dtypes, prec = ops.dot_dtypes(full)
-            self.dots.append(Dot(_line(n), " ".join(_t(n).split()), prec, None, dtypes, loop,
+            self.dots.append(Dot(self._line(n), " ".join(_t(n).split()), prec, None, dtypes, loop,
                                  tuple(self.guards)))
 
     def asm(self, n) -> None:
@@ -401,13 +422,13 @@ class _Walker:
                 self.memory_access(n, kind, ins.modifier, ins.evict, ins.block, pointer_node=ptr,
                                    space="global")
                 if kind == "atomic":
-                    self.reductions.append(Reduction(ins.op, _line(n), text, None, loop))
+                    self.reductions.append(Reduction(ins.op, self._line(n), text, None, loop))
             elif kind == "reduction":
-                self.reductions.append(Reduction(ins.op, _line(n), text, None, loop))
+                self.reductions.append(Reduction(ins.op, self._line(n), text, None, loop))
             elif kind == "math":
-                self.math.append(MathOp(ins.op, _line(n), text, loop, (("ptx", ins.opcode),)))
+                self.math.append(MathOp(ins.op, self._line(n), text, loop, (("ptx", ins.opcode),)))
             elif kind == "dot":
-                self.dots.append(Dot(_line(n), text, ins.precision, None, ins.dtypes, loop))
+                self.dots.append(Dot(self._line(n), text, ins.precision, None, ins.dtypes, loop))
 
     def division(self, n, num, den) -> None:
         if den is None or (self._is_int(num) and self._is_int(den)):
@@ -415,7 +436,7 @@ class _Walker:
         loop = self.loop_ctx[-1].line if self.loop_ctx else None
         detail = (("denominator", " ".join(_t(den).split())),
                   ("denominator_sqrt", "yes" if re.search(r"\bsqrt", _t(den)) else "no"))
-        self.math.append(MathOp("div", _line(n), " ".join(_t(n).split()), loop, detail, tuple(self.guards)))
+        self.math.append(MathOp("div", self._line(n), " ".join(_t(n).split()), loop, detail, tuple(self.guards)))
 
     def _is_int(self, n) -> bool:
         if n is None:
@@ -445,14 +466,44 @@ class _Walker:
         return False
 
 
+# Node type -> the _Walker method run on it; a true result means the method walked the
+# children itself. Keyed by grammar symbol id (a name can have several; ERROR has its own)
+# because reading Node.type builds a string on every one of a million nodes.
+_HANDLER_NAMES = {
+    "ERROR": "_error", "for_statement": "loop", "while_statement": "loop", "do_statement": "loop",
+    "for_range_loop": "loop", "declaration": "declaration", "assignment_expression": "assignment",
+    "update_expression": "_update", "field_expression": "axis_use", "call_expression": "call",
+    "gnu_asm_expression": "asm", "subscript_expression": "subscript", "pointer_expression": "_pointer",
+    "binary_expression": "_binary", "if_statement": "_branch", "conditional_expression": "_branch",
+}
+_ERROR_ID = 0xFFFF  # tree-sitter's built-in error symbol
+
+
+@lru_cache(maxsize=1)
+def _handlers_by_kind() -> dict:
+    import tree_sitter
+    import tree_sitter_cuda
+
+    lang = tree_sitter.Language(tree_sitter_cuda.language())
+    out = {}
+    for i in range(lang.node_kind_count):
+        name = lang.node_kind_for_id(i)
+        if name in _HANDLER_NAMES:
+            out[i] = getattr(_Walker, _HANDLER_NAMES[name])
+    out[_ERROR_ID] = getattr(_Walker, _HANDLER_NAMES["ERROR"])
+    return out
+
+
+
 def analyze_body(fn, params: list[Param], device_fns: dict[str, int]) -> BodyFacts:
-    w = _Walker(params, device_fns)
     body = fn.child_by_field_name("body")
+    w = _Walker(params, device_fns, fn)
     if body is not None:
         w.walk(body)
     edges = w.edges()
+    def_text = w.def_text() if any(m.op == "exp2" for m in w.math) else None  # mark_log2e's only use
     facts = BodyFacts(memops=tuple(w.memops), reductions=tuple(w.reductions), dots=tuple(w.dots),
-                      math=tuple(ops.mark_log2e(w.math, edges, w.def_text)), shared=tuple(w.shared_rows),
+                      math=tuple(ops.mark_log2e(w.math, edges, def_text)), shared=tuple(w.shared_rows),
                       dataflow=tuple(edges))
     facts.loops = tuple(mark_time_loops(w.loops, w.loop_bounds, edges))
     facts.axes = tuple(axes(w.axis_first, edges))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from operator import itemgetter
 
 from skel.miner import cuda_ops as ops
 from skel.miner.profile import Loop, ProgramAxis
@@ -26,6 +27,11 @@ _AXIS_FIELDS = {b"x": "0", b"y": "1", b"z": "2"}
 def reads(n):
     """(name, byte) for every value read in expression ``n``: identifiers, field paths of
     ``this``-less structs (``params.q`` reads ``params``), blockIdx/threadIdx as pid/tid."""
+    t = n.type
+    if t == "identifier":  # the commonest case by far: a plain name
+        return [(n.text.decode("utf-8", "replace"), n.start_byte)]
+    if t in _SKIP_READS:
+        return []
     out = []
     stack = [n]
     pop, push = stack.pop, stack.append
@@ -53,10 +59,14 @@ def reads(n):
             args = c.child_by_field_name("arguments")
             if args is not None:
                 push(args)
-        elif t not in _SKIP_READS and c.child_count:
-            stack.extend(c.children)
-    out.sort(key=lambda x: x[1])
+        elif t not in _SKIP_READS:
+            stack.extend(c.children)  # a token has none
+    if len(out) > 1:
+        out.sort(key=_byte)
     return out
+
+
+_byte = itemgetter(1)
 
 
 def base_name(n) -> str | None:

@@ -43,9 +43,13 @@ def _launch_query():
     return tree_sitter.Query(tree_sitter.Language(tree_sitter_cuda.language()), _LAUNCH_QUERY)
 
 
-def launch_sites(root) -> list[_Launch]:
+def launch_sites(root, src: bytes | None = None) -> list[_Launch]:
+    """Launch sites under ``root``; ``src`` (the parsed bytes), when given, lets a file with
+    neither ``<<<`` nor ``cudaLaunch`` skip the query over its whole tree."""
     import tree_sitter
 
+    if src is not None and b"<<<" not in src and b"cudaLaunch" not in src:
+        return []
     caps = tree_sitter.QueryCursor(_launch_query()).captures(root)
     out = []
     for call in caps.get("chevron", ()):

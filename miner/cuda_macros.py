@@ -68,8 +68,14 @@ _LEX = re.compile(
     """,
     re.VERBOSE | re.MULTILINE | re.DOTALL,
 )
+# Where a _LEX match can start: every branch but the preprocessor one starts with one of
+# these; a preprocessor line is found at its "#" and matched from its line start. Scanning
+# for these first is ten times faster than letting _LEX try every offset of a 4 MB file.
+_LEX_START = re.compile(r"""[/"'#]|R\"""")
 _CAPS = re.compile(r"_*[A-Z][A-Z0-9_]*\Z")
-_TYPE_DECL = re.compile(r"\b(?:typename|class|struct|using|typedef)\s+([A-Za-z_]\w*)")
+# The leading lookahead only names the possible first characters: same matches, but the
+# regex engine can skip ahead instead of trying each alternative at every offset.
+_TYPE_DECL = re.compile(r"(?=[tcsu])\b(?:typename|class|struct|using|typedef)\s+([A-Za-z_]\w*)")
 _DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w+)(.*)", re.DOTALL)
 
 
@@ -89,7 +95,7 @@ def sanitize(text: str) -> Sanitized:
     buf = list(text)
     code = list(text)
     directives: list[tuple[int, int, str, str]] = []  # (start, end, name, rest)
-    for m in _LEX.finditer(text):
+    for m in _lex(text):
         kind = m.lastgroup
         if kind == "delim":
             kind = "raw"
@@ -105,6 +111,29 @@ def sanitize(text: str) -> Sanitized:
     code_text = "".join(code)
     stripped = _strip_macros(code_text, buf, code)
     return Sanitized("".join(buf), "".join(code), tuple(stripped))
+
+
+def _lex(text: str):
+    """The matches of ``_LEX.finditer(text)``, found by jumping between possible starts."""
+    pos = 0
+    search, match, rfind = _LEX_START.search, _LEX.match, text.rfind
+    while True:
+        c = search(text, pos)
+        if c is None:
+            return
+        at = c.start()
+        if text[at] == "#":  # a directive only when nothing but blanks precedes it on its line
+            line_start = rfind("\n", 0, at) + 1
+            if line_start < pos or text[line_start:at].strip(" \t"):
+                pos = at + 1
+                continue
+            at = line_start
+        m = match(text, at)
+        if m is None:
+            pos = c.start() + 1
+            continue
+        yield m
+        pos = m.end()
 
 
 def _flatten_conditionals(text: str, directives, buf: list[str], code: list[str]) -> None:
@@ -142,13 +171,15 @@ def _flatten_conditionals(text: str, directives, buf: list[str], code: list[str]
 
 
 def _blank_range(buf: list[str], code: list[str], start: int, end: int) -> None:
-    for i in range(start, end):
-        if buf[i] != "\n":
-            buf[i] = " "
-            code[i] = " "
+    """Blank ``[start, end)`` in both, newlines kept (the buffers never move a newline)."""
+    if start >= end:
+        return
+    spaces = blank("".join(buf[start:end]))
+    buf[start:end] = spaces
+    code[start:end] = spaces
 
 
-_CANDIDATE = re.compile(r"\[\[|\b_*[A-Z][A-Z0-9_]*\b|\b(?:__align__|__cluster_dims__|__maxnreg__)\b")
+_CANDIDATE = re.compile(r"(?=[\[_A-Z])(?:\[\[|\b_*[A-Z][A-Z0-9_]*\b|\b(?:__align__|__cluster_dims__|__maxnreg__)\b)")
 _PREV_WORD = re.compile(r"(?:[A-Za-z_]\w*|::|->|[^\s\w])\s*\Z")
 _NEXT = re.compile(r"\s*(\S)")
 

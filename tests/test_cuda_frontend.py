@@ -408,3 +408,49 @@ def test_real_flashinfer_decode_and_norm(flashinfer_headers):
     assert [r.op for r in rms.reductions] == ["warp-shuffle", "warp-shuffle"]
     assert any(m.op == "rsqrt" for m in rms.math)
     assert {m.space for m in rms.memops} >= {"shared"}
+
+
+# ---- speed-related invariants (the fast paths must not change what is found) -----------------
+LEX_CASES = r'''
+#define A 1
+  # pragma once
+int x = 1; /* c */ #not_a_directive
+const char* s = "a // not a comment", *t = R"raw(x "y" /* z */)raw";
+char c = '"'; int FOOR = 2; auto u = FOOR"str";
+// comment with "quote and R"( in it
+/* block
+# inside a comment */
+x = y / z;  # trailing
+'''
+
+
+def test_lexer_jumps_to_the_same_matches_as_the_full_regex():
+    from skel.miner import cuda_macros
+
+    fast = [(m.start(), m.end(), m.lastgroup) for m in cuda_macros._lex(LEX_CASES)]
+    full = [(m.start(), m.end(), m.lastgroup) for m in cuda_macros._LEX.finditer(LEX_CASES)]
+    assert fast == full
+    assert ("preproc" in {k for _, _, k in fast}) and ("raw" in {k for _, _, k in fast})
+
+
+def test_profiling_restores_the_collector_and_leaves_no_cyclic_garbage():
+    import gc
+
+    gc.collect()
+    assert gc.isenabled()
+    profile_source(DECODE, "decode.cu")
+    assert gc.isenabled()
+    # The walker holds plain functions, not bound methods: no cycle keeps a parsed tree alive.
+    assert gc.collect() == 0
+    gc.disable()
+    try:
+        profile_source(DECODE, "decode.cu")
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
+
+
+def test_definition_scan_and_profile_agree_on_word_boundaries():
+    src = "x__global__ void a() {}\n__global__ void k(float* p) { p[0] = 1.f; }\nmy__global__ int b;\n"
+    assert kernel_definition_lines(src) == [2]
+    assert [p.name for p in profile_source(src, "w.cu")] == ["k"]
