@@ -111,29 +111,22 @@ def _stderr_progress(message: str) -> None:
 
 
 def match_target(source: str, path: Path, library: Library) -> tuple[Applicability, ...]:
-    """Evaluate every skeleton's conditions on every kernel of the file."""
-    from skel.miner.detectors import evaluate
-    from skel.miner.triton_frontend import profile_source
+    """Every skeleton's conditions on every kernel of the file: `skel match`'s verdicts, as apply reports them."""
+    from skel.miner.match import match_kernel, profile_target
 
     out = []
-    for profile in profile_source(source, str(path)):
-        if not profile.launches and not profile.program_axes:
-            continue  # a jit helper, not a kernel
-        applicable, not_applicable = [], []
-        for sk in library:
-            results = evaluate(sk, profile, source)
-            failing = next((r for r in results if not r.holds), None)
-            if failing is None:
-                applicable.append((sk.code, tuple(f"{r.id}: {r.detail}" for r in results)))
-            else:
-                words = next((c.fails for c in sk.conditions if c.id == failing.id), failing.id)
-                not_applicable.append((sk.code, f"{failing.id}: {words} ({failing.detail})"))
-        out.append(Applicability(profile.name, tuple(applicable), tuple(not_applicable)))
+    for profile in profile_target(str(path), source, "triton"):
+        m = match_kernel(profile, source, list(library))
+        out.append(Applicability(
+            m.name,
+            tuple((a.skeleton, tuple(f"{i}: {d}" for i, d in a.conditions)) for a in m.applicable),
+            tuple((n.skeleton, f"{n.condition}: {n.reason}") for n in m.not_applicable),
+        ))
     return tuple(out)
 
 
 def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
-    from skel.rewriter.report import write_report
+    from skel.rewriter.report import report_path, write_report
     from skel.rewriter.select import choose_winners
     from skel.rewriter.targets import bind_target
 
@@ -193,11 +186,9 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         target=str(options.target), binding=binding.to_json(), device=device, perf_measured=perf_measured,
         applicability=applicability, candidates=tuple(outcomes), skipped=skipped,
         winners=tuple((b, o.label) for b, o in winners), output=str(output) if output else None,
-        report=None, notes=tuple(notes),
+        report=str(report_path(report_dir)), notes=tuple(notes),
     )
-    report = write_report(result, report_dir)
-    result = ApplyResult(**{**result.__dict__, "report": str(report)})
-    write_report(result, report_dir)  # the JSON now names its own report path
+    write_report(result, report_dir)
     if options.record and not options.dry_run:
         _record(result, binding, source, options.catalog)
     return result

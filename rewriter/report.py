@@ -5,12 +5,17 @@ import json
 from pathlib import Path
 
 
+def report_path(folder: Path) -> Path:
+    """Where write_report puts the Markdown report (known before it is written, so the JSON can name it)."""
+    return folder / "report.md"
+
+
 def write_report(result, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     data = result.to_json()
     plot = _plot(data, folder / "time_vs_shape.png") if data["perf_measured"] else None
     (folder / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    md = folder / "report.md"
+    md = report_path(folder)
     md.write_text(render_markdown(data, plot.name if plot else None), encoding="utf-8")
     return md
 
