@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -153,7 +154,10 @@ class SkelTools:
     def apply_skeleton(self, target: str, skeleton: str, dry_run: bool, unsafe: bool) -> dict:
         self._path(target)
         code = self.skeleton(skeleton).code
-        argv = ["apply", target, "--skeleton", code, "--json"]
+        # The report and candidate files go to a fresh temporary folder (named in the result), not
+        # into the working tree the server was started in.
+        report_dir = tempfile.mkdtemp(prefix=f"skel-mcp-apply-{Path(target).stem}-")
+        argv = ["apply", target, "--skeleton", code, "--json", "--report-dir", report_dir]
         argv += (["--dry-run"] if dry_run else []) + (["--unsafe"] if unsafe else [])
         return self._child(argv, "apply")
 

@@ -84,6 +84,9 @@ async def _session_checks(tmp_path: Path) -> None:
             dry = _json(await session.call_tool(
                 "apply_skeleton", {"target": "kernels/kda_decode/kernel.py", "skeleton": "SK003"}))
             assert "--dry-run" in dry["command"] and dry["result"] is not None
+            # its report lands in a temporary folder named in the result, not in the server's working tree
+            assert Path(dry["result"]["report"]).is_file()
+            assert not Path(dry["result"]["report"]).resolve().is_relative_to(Path.cwd().resolve())
 
             # errors come back as tool errors with what and where; the server keeps serving
             bad = await session.call_tool("show_skeleton", {"code": "SK999"})
