@@ -135,19 +135,21 @@ def enumerate_candidates(
         add(c)
 
     # Launch-config search on the original and on the fullest structural chain of each shape.
+    fullest = max((len(c.skeletons) for c in chains), default=0)
     for code in search:
-        bases = [Candidate((), source, (), False)]
-        bases += [c for c in chains if len(c.skeletons) == max((len(x.skeletons) for x in chains), default=0)][:2]
+        bases = [Candidate((), source, (), False)] + [c for c in chains if len(c.skeletons) == fullest][:2]
         produced = False
+        reason = "no variant"
         for base in bases:
             for variant in rewrites[code](base.source, options):
                 if variant.applied:
                     produced = True
                     add(Candidate(base.skeletons + (code,), variant.source, base.steps + (variant,),
                                   base.unsafe or _unsafe(code, library)))
+                elif base.source == source:
+                    reason = variant.reason  # why it does not apply to the target itself
         if not produced:
-            variants = rewrites[code](source, options)
-            out.skipped.append(Skip((code,), variants[0].reason if variants else "no variant"))
+            out.skipped.append(Skip((code,), reason))
     return out
 
 
