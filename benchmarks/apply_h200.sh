@@ -40,6 +40,8 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     gdn_suite) run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py $STRUCT --skeleton SK005 --max-candidates 20 ;;
     state_merge) run state_merge decode /tmp/work/state_merge.py --skeleton SK007 ;;
     gdn_upstream) run gdn_upstream "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py $STRUCT ;;
+    gdn_sk002) run gdn_sk002 "$GDN_SHAPES" /tmp/work/gdn_decode.py --skeleton SK002 --no-record ;;
+    gdn_upstream_sk002) run gdn_upstream_sk002 "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --skeleton SK002 --no-record ;;
   esac
 done
 

@@ -7,9 +7,17 @@ parentheses do not matter) is replaced by ``after`` with each hole's matched sou
 text, so the rest of the file keeps its formatting and comments. Candidate
 skeletons distilled from history (``skel mine --history``) are applied this way.
 
-Scope: replacements of expressions. A pattern that inserts or deletes statements
-(e.g. a folded constant defined before a loop) is reported as skipped with that
-reason, not half-applied.
+A pattern's edits apply together or not at all: each replacement must match somewhere,
+else the target is left as it was (a half-applied compound is a different program).
+
+Inserted statements (``insert`` edits, e.g. ``$1 = $2 * 1.4426950408889634``, a constant
+folded before a loop): a hole of the statement is either bound by a replacement's match
+(``$2`` above: the first match in that function) or *fresh*, a hole no ``before`` binds,
+which names a new variable (``$1``): it gets a name unused in the file, ``<bound
+name>_folded`` where the statement binds one name. The statement goes into each jit
+function where the replacements matched, right before the function-level statement that
+holds the first match (before the loop, for a match inside one). Deletions are not
+applied: the pattern is skipped with that reason.
 """
 from __future__ import annotations
 
@@ -56,48 +64,156 @@ def _match(pat: ast.AST, node: ast.AST, binds: dict[str, ast.AST]) -> bool:
     return True
 
 
-def _fill(after: str, binds: dict[str, ast.AST], source: str) -> str:
-    """``after`` with each hole replaced by the target's own text for the subtree it matched."""
+def _fill(after: str, binds: dict[str, ast.AST], source: str, names: dict[str, str] = {}) -> str:
+    """``after`` with each hole replaced by the target's own text for the subtree it matched
+    (or, for a hole this match does not bind, by ``names``: fresh names and earlier bindings)."""
     def sub(m):
+        if _HOLE + m.group(1) not in binds:
+            return names["$" + m.group(1)]
         node = binds[_HOLE + m.group(1)]
         text = ast.get_source_segment(source, node) or ast.unparse(node)
-        return text if isinstance(node, _ATOMIC) else f"({text})"
+        # `0.to(...)` is not Python: a number followed by an attribute needs parentheses too
+        number = isinstance(node, ast.Constant) and isinstance(node.value, (int, float, complex)) \
+            and after[m.end():m.end() + 1] == "."
+        alone = after[:m.start()].rstrip()[-1:] in ("(", ",", "[") and after[m.end():].lstrip()[:1] in (")", ",", "]")
+        return text if (isinstance(node, _ATOMIC) and not number) or alone else f"({text})"
 
     return re.sub(r"\$(\d+)", sub, after)
 
 
-class _Replacer(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
+_HOLE_RE = re.compile(r"\$(\d+)")
 
-    def __init__(self, module: cst.Module, edits: list[tuple[ast.expr, str]], jit_only: bool):
+
+def _holes(text: str) -> set[str]:
+    return {"$" + h for h in _HOLE_RE.findall(text)}
+
+
+class _Function:
+    """Per jit function: the first bindings of each hole, fresh names, and where to insert."""
+
+    def __init__(self, body: cst.BaseSuite):
+        self.body = body
+        self.top = -1  # index of the function-level statement being visited
+        self.binds: dict[str, str] = {}  # hole -> the target's text it matched first
+        self.first_top: int | None = None  # function-level statement holding the first match
+
+
+class _Replacer(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (cst.metadata.PositionProvider, cst.metadata.ExpressionContextProvider)
+
+    def __init__(self, module: cst.Module, edits: list[tuple[ast.expr, str]], jit_only: bool,
+                 inserts: list[str] = (), fresh: set[str] = frozenset(), used: set[str] = frozenset()):
         super().__init__()
         self.module, self.edits, self.jit_only = module, edits, jit_only
+        self.inserts, self.fresh, self.used = list(inserts), set(fresh), set(used)
         self.jit_depth = 0
+        self.funcs: list[_Function | None] = []
         self.changes: list[Change] = []
+        self.matched: set[int] = set()  # indices of the edits that matched somewhere
+        self.unparsable: list[int] = []  # lines where the filled pattern did not parse
+        self.unbound: list[str] = []  # functions where an inserted statement had a hole no match bound
+        self.names: set[int] = set()  # ids of Name nodes that are names, not values (attributes, keywords...)
+
+    # Names that are not values: an attribute's name, a keyword, a function's or parameter's name.
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.names.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.names.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.names.add(id(node.name))
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def _is_jit(self, node: cst.FunctionDef) -> bool:
+        return any("jit" in self.module.code_for_node(d.decorator) for d in node.decorators)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if any("jit" in self.module.code_for_node(d.decorator) for d in node.decorators):
-            self.jit_depth += 1
+        jit = self._is_jit(node)
+        self.jit_depth += jit
+        self.funcs.append(_Function(node.body) if jit else None)
+        self.names.add(id(node.name))
+
+    def on_visit(self, node) -> bool:
+        fn = self.funcs[-1] if self.funcs else None
+        if fn is not None and isinstance(node, cst.BaseStatement):
+            for i, stmt in enumerate(fn.body.body):
+                if stmt is node:
+                    fn.top = i
+        return super().on_visit(node)
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        if any("jit" in self.module.code_for_node(d.decorator) for d in original.decorators):
-            self.jit_depth -= 1
-        return updated
+        fn = self.funcs.pop()
+        self.jit_depth -= self._is_jit(original)
+        if fn is None or fn.first_top is None or not self.inserts:
+            return updated
+        for h in sorted(self.fresh):
+            fn.binds.setdefault(h, self._fresh_name(h, fn))
+        stmts = []
+        for text in self.inserts:
+            if _holes(text) - set(fn.binds):
+                self.unbound.append(original.name.value)
+                return updated
+            stmts.append(cst.parse_statement(_HOLE_RE.sub(lambda m: fn.binds["$" + m.group(1)], text) + "\n"))
+        line = self.get_metadata(cst.metadata.PositionProvider, original.body.body[fn.first_top]).start.line
+        for st in stmts:
+            self.changes.append(Change(line, f"inserted before line {line}: {self.module.code_for_node(st).strip()}"))
+        body = list(updated.body.body)
+        body[fn.first_top:fn.first_top] = stmts
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+    def _fresh_name(self, hole: str, fn: _Function) -> str:
+        """``<name>_folded`` where an inserted statement defining ``hole`` binds exactly one name, else ``skel_v``."""
+        base = "skel_v"
+        for text in self.inserts:
+            if hole in _holes(text):
+                named = [fn.binds[h] for h in _holes(text) - {hole} if fn.binds.get(h, "").isidentifier()]
+                if len(named) == 1:
+                    base = named[0] + "_folded"
+                    break
+        name, i = base, 1
+        while name in self.used:
+            i += 1
+            name = f"{base}{i}"
+        self.used.add(name)
+        return name
 
     def on_leave(self, original, updated):
         updated = super().on_leave(original, updated)
         if not isinstance(original, cst.BaseExpression) or (self.jit_only and not self.jit_depth):
             return updated
+        if id(original) in self.names or self.get_metadata(cst.metadata.ExpressionContextProvider, original,
+                                                           None) == cst.metadata.ExpressionContext.STORE:
+            return updated  # a target or a name, not a value
         text = "(" + self.module.code_for_node(original) + ")"
         try:
             node = ast.parse(text, mode="eval").body
         except SyntaxError:
             return updated
-        for pat, after in self.edits:
+        fn = self.funcs[-1] if self.funcs else None
+        for index, (pat, after) in enumerate(self.edits):
             binds: dict[str, ast.AST] = {}
             if _match(pat, node, binds):
                 line = self.get_metadata(cst.metadata.PositionProvider, original).start.line
-                replacement = cst.parse_expression(_fill(after, binds, text))
+                if fn is not None:
+                    for name in binds:
+                        fn.binds.setdefault("$" + name[len(_HOLE):], _fill("$" + name[len(_HOLE):], binds, text))
+                    for hole in sorted(self.fresh):  # fresh names are fixed at the function's first match
+                        fn.binds.setdefault(hole, self._fresh_name(hole, fn))
+                try:
+                    replacement = cst.parse_expression(_fill(after, binds, text, fn.binds if fn else {}))
+                except (cst.ParserSyntaxError, KeyError):  # not an expression here, or a fresh name outside a jit function
+                    self.unparsable.append(line)
+                    continue
+                self.matched.add(index)
+                if fn is not None and fn.first_top is None:
+                    fn.first_top = fn.top
                 self.changes.append(Change(line, f"{ast.unparse(node)} -> {self.module.code_for_node(replacement)}"))
                 return replacement.with_changes(lpar=original.lpar, rpar=original.rpar) if original.lpar else replacement
         return updated
@@ -105,34 +221,68 @@ class _Replacer(cst.CSTTransformer):
 
 def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[dict] = ()) -> Rewrite:
     """Apply a candidate's refined pattern (``[{"kind", "before", "after"}]``) to ``source``."""
-    if any(e["kind"] != "replace" for e in edits):
-        kinds = sorted({e["kind"] for e in edits if e["kind"] != "replace"})
-        return Rewrite(code, SKIPPED, source, f"the pattern also {' and '.join(k + 's' for k in kinds)} statements; "
-                       "the pattern engine applies expression replacements only", safety="unsafe")
+    def skip(reason: str) -> Rewrite:
+        return Rewrite(code, SKIPPED, source, reason, safety="unsafe")
+
+    if any(e["kind"] == "delete" for e in edits):
+        return skip("the pattern also deletes statements; the pattern engine replaces expressions and inserts "
+                    "statements, it does not delete them")
+    replaces = [e for e in edits if e["kind"] == "replace"]
+    inserts = [e["after"] for e in edits if e["kind"] == "insert"]
+    if not replaces:
+        return skip("the pattern only inserts statements: nothing in the target anchors where they go")
+    bare = next((e["before"] for e in replaces if _HOLE_RE.fullmatch(e["before"].strip())), None)
+    if bare is not None:
+        return skip(f"the pattern rewrites `{bare}`, any expression at all: nothing anchors where it applies")
     try:
-        pats = [(_parse_pattern(e["before"]), e["after"]) for e in edits]
+        pats = [(_parse_pattern(e["before"]), e["after"]) for e in replaces]
         for _, after in pats:
             _parse_pattern(after)
+        for text in inserts:
+            ast.parse(_HOLE_RE.sub(lambda m: _HOLE + m.group(1), text))
     except SyntaxError as exc:
         return Rewrite(code, FAILED, source, f"pattern does not parse: {exc.msg}", safety="unsafe")
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         return Rewrite(code, FAILED, source, f"target does not parse: line {exc.raw_line}: {exc.message}", safety="unsafe")
+    bound = set().union(*(_holes(e["before"]) for e in replaces))
+    fresh: set[str] = set()  # holes an inserted statement assigns: new variables
+    for text in inserts:
+        lhs, _, rhs = text.partition("=")
+        if not rhs or not _HOLE_RE.fullmatch(lhs.strip()) or rhs.startswith("="):
+            return skip(f"the inserted statement `{text}` does not assign a new variable ($N = ...)")
+        if _holes(rhs) - bound - fresh:
+            return skip(f"the inserted statement `{text}` uses {min(_holes(rhs) - bound - fresh)}, "
+                        "which no match binds and no earlier inserted statement defines")
+        fresh.add(lhs.strip())
+    undefined = set().union(*(_holes(e["after"]) for e in replaces)) - bound - fresh
+    if undefined:
+        return skip(f"the pattern's replacement uses {min(undefined)}, which no match binds and no inserted "
+                    "statement defines")
+    used = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
     jit_only = any(c.get("id") == "in-jit-function" for c in conditions)
     wrapper = cst.metadata.MetadataWrapper(module)
-    replacer = _Replacer(wrapper.module, pats, jit_only)
+    replacer = _Replacer(wrapper.module, pats, jit_only, inserts, fresh, used)
     new = wrapper.visit(replacer)
-    if not replacer.changes:
-        return Rewrite(code, SKIPPED, source, "no code matches the pattern (or it is already applied)", safety="unsafe")
+    if not replacer.matched:
+        return skip("no code matches the pattern (or it is already applied)")
+    missing = [replaces[i]["before"] for i in range(len(replaces)) if i not in replacer.matched]
+    if missing:
+        return skip(f"only part of the pattern matches (nothing matches `{missing[0]}`); its edits apply together "
+                    "or not at all")
+    if replacer.unbound:
+        return skip(f"in {replacer.unbound[0]} the inserted statement has a hole no match binds")
     out = new.code
     try:
         ast.parse(out)
     except SyntaxError as exc:
         return Rewrite(code, FAILED, source, f"rewritten source does not parse (line {exc.lineno}): {exc.msg}",
                        safety="unsafe")
-    return Rewrite(code, APPLIED, out, f"{len(replacer.changes)} replacement(s) by pattern",
-                   tuple(replacer.changes), safety="unsafe")
+    n_ins = sum(c.description.startswith("inserted") for c in replacer.changes)
+    what = f"{len(replacer.changes) - n_ins} replacement(s)" + (f" and {n_ins} inserted statement(s)" if n_ins else "")
+    changes = tuple(sorted(replacer.changes, key=lambda c: c.line))
+    return Rewrite(code, APPLIED, out, what + " by pattern", changes, safety="unsafe")
 
 
 def preview_rewrites(source: str, candidates) -> list[Rewrite]:

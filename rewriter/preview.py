@@ -167,7 +167,7 @@ def add_preview_candidates(cset: CandidateSet, source: str, catalog: Path | None
                            budget: int) -> None:
     """Append to ``cset`` each preview candidate (best rank first) whose pattern applies to ``source``.
 
-    ``wanted``: the --skeleton codes (empty: every candidate; codes that are not SKP... leave
+    ``wanted``: the --skeleton codes (empty or ``SKP*``: every candidate; codes that are not SKP... leave
     the preview candidates out). ``budget``: at most this many preview candidates are judged
     (on top of the library's). Those that do not apply are summarised in one Skip, or listed
     one by one when asked for by code.
@@ -175,7 +175,9 @@ def add_preview_candidates(cset: CandidateSet, source: str, catalog: Path | None
     from skel.catalog import store
 
     want = {c.upper() for c in wanted}
-    ranked = [(c, s) for c, s in ranked_from(catalog) if not want or c.code in want]
+    every = not want or ANY_PREVIEW in want  # --skeleton 'SKP*': every preview candidate, no library one
+    want.discard(ANY_PREVIEW)
+    ranked = [(c, s) for c, s in ranked_from(catalog) if every or c.code in want]
     if want and not ranked:
         if any(c.startswith("SKP") for c in want):
             cset.skipped.append(Skip(tuple(sorted(c for c in want if c.startswith("SKP"))),
@@ -190,7 +192,7 @@ def add_preview_candidates(cset: CandidateSet, source: str, catalog: Path | None
     for cand, _ in ranked:
         r = apply_pattern(cand.code, source, cand.pattern["refined"], cand.pattern["conditions"])
         if not r.applied:
-            if want:
+            if want and not every:
                 cset.skipped.append(Skip((cand.code,), r.reason))
             else:
                 unmatched += 1
@@ -210,7 +212,7 @@ def add_preview_candidates(cset: CandidateSet, source: str, catalog: Path | None
 
 def unknown_codes(codes: list[str], known: set[str], catalog: Path | None) -> list[str]:
     """--skeleton codes that are neither library codes nor preview candidates in the catalog."""
-    rest = [c for c in codes if c.upper() not in known]
+    rest = [c for c in codes if c.upper() not in known and c.upper() != ANY_PREVIEW]
     if not rest:
         return []
     have = {c.code for c, _ in ranked_from(catalog)}

@@ -247,13 +247,6 @@ def test_pattern_engine_binds_repeated_holes_keeps_formatting_and_is_idempotent(
     assert [c.line for c in everywhere.changes] == [9, 15]
 
 
-def test_pattern_engine_skips_statement_insertions_with_a_reason():
-    from skel.rewriter.pattern import apply_pattern
-
-    r = apply_pattern("SKP00000", TARGET, [{"kind": "insert", "before": "", "after": "$1 = $2 * 1.4426950408889634"}])
-    assert r.status == "skipped" and "inserts statements" in r.reason and r.source == TARGET
-
-
 # `skel apply --preview` (gated preview candidates) is tested in tests/test_preview.py.
 
 
@@ -269,3 +262,127 @@ def test_cli_mine_history_json_and_incremental(repo, tmp_path, capsys):
     [again] = json.loads(capsys.readouterr().out)
     assert (again["commits"], again["blobs"]) == (0, 0)
     assert [c["code"] for c in again["candidates"]] == [c["code"] for c in first["candidates"]]
+
+
+# A held-out kernel for the exp2 candidate: online softmax over a key block, written by someone
+# else (other names, a block loop, a masked tail) than the kernels the pattern was mined from.
+SOFTMAX = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attend(Q, Kc, Vc, Out, qk_mul, L, BL: tl.constexpr, D: tl.constexpr):
+    """One query row against L keys in blocks of BL."""
+    row = tl.program_id(0)
+    d = tl.arange(0, D)
+    qv = tl.load(Q + row * D + d)
+    run_max = tl.full([1], float("-inf"), tl.float32)
+    run_sum = tl.zeros([1], dtype=tl.float32)
+    acc = tl.zeros([D], dtype=tl.float32)
+    for j in range(0, L):
+        kv = tl.load(Kc + j * D + d)
+        vv = tl.load(Vc + j * D + d)
+        sc = tl.sum(qv * kv) * qk_mul
+        nm = tl.maximum(run_max, sc)
+        corr = tl.exp(run_max - nm)
+        pj = tl.exp(sc - nm)
+        run_sum = run_sum * corr + pj
+        acc = acc * corr + pj * vv
+        run_max = nm
+    tl.store(Out + row * D + d, acc / run_sum)
+
+
+def run(q, k, v, scale):
+    out = torch.empty_like(q)
+    attend[(q.shape[0],)](q, k, v, out, scale, k.shape[0], BL=16, D=q.shape[1])
+    return out
+'''
+
+
+def _load(source: str, tmp_path, name: str):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pattern_engine_inserts_the_folded_constant_before_the_loop_and_keeps_the_numbers(mined, tmp_path):
+    """The mined exp2 candidate (insert + two replacements) on a kernel it was not mined from."""
+    import torch
+
+    from skel.rewriter.pattern import apply_pattern
+
+    _, exp2 = mined[0].candidates
+    edits = [e.to_json() for e in exp2.refined]
+    conditions = [{"id": c.id} for c in exp2.conditions]
+    r = apply_pattern(exp2.code, SOFTMAX, edits, conditions)
+    assert r.status == "applied", r.reason
+    assert r.reason == "3 replacement(s) and 1 inserted statement(s) by pattern"
+    assert [(c.line, c.description) for c in r.changes] == [
+        (15, "inserted before line 15: qk_mul_folded = qk_mul * 1.4426950408889634"),
+        (18, "tl.sum(qv * kv) * qk_mul -> tl.sum(qv * kv) * qk_mul_folded"),
+        (20, "tl.exp(run_max - nm) -> tl.math.exp2(run_max - nm)"),
+        (21, "tl.exp(sc - nm) -> tl.math.exp2(sc - nm)"),
+    ]
+    lines = r.source.splitlines()
+    assert lines[13:16] == ["    acc = tl.zeros([D], dtype=tl.float32)",
+                            "    qk_mul_folded = qk_mul * 1.4426950408889634",
+                            "    for j in range(0, L):"]
+    # Everything else is as it was: drop the three edited lines and the inserted one.
+    assert lines[:14] + lines[15:] == [  # the rest as it was: the three edited lines aside
+        x if i not in (18, 20, 21) else lines[i]  # lines[i]: the edited line, one further down
+        for i, x in enumerate(SOFTMAX.splitlines(), 1)]
+    assert (lines[18], lines[20], lines[21]) == ("        sc = tl.sum(qv * kv) * qk_mul_folded",
+                                                 "        corr = tl.math.exp2(run_max - nm)",
+                                                 "        pj = tl.math.exp2(sc - nm)")
+    again = apply_pattern(exp2.code, r.source, edits, conditions)
+    assert again.status == "skipped" and again.source == r.source
+    # The interpreter runs both: the same attention output (exp2 of log2e-scaled scores).
+    before, after = _load(SOFTMAX, tmp_path, "sm_before"), _load(r.source, tmp_path, "sm_after")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, 32, generator=g) for n in (3, 20, 20))
+    ref = torch.softmax(q @ k.T * 0.3, -1) @ v
+    assert torch.allclose(before.run(q, k, v, 0.3), ref, atol=1e-5)
+    assert torch.allclose(after.run(q, k, v, 0.3), ref, atol=1e-5)
+
+
+def test_pattern_engine_refuses_what_it_cannot_apply_whole():
+    from skel.rewriter.pattern import apply_pattern
+
+    def run(edits, source=SOFTMAX):
+        return apply_pattern("SKP00000", source, edits, [{"id": "in-jit-function"}])
+
+    exp_only = {"kind": "replace", "before": "tl.exp($1 - $2)", "after": "tl.math.exp2($1 - $2)"}
+    no_match = {"kind": "replace", "before": "tl.sqrt($1)", "after": "tl.rsqrt($1)"}
+    r = run([exp_only, no_match])  # half of a compound is a different program
+    assert (r.status, r.source) == ("skipped", SOFTMAX) and "only part of the pattern matches" in r.reason
+    r = run([{"kind": "replace", "before": "tl.exp($1)", "after": "tl.exp($1 * $2)"}])
+    assert r.status == "skipped" and "uses $2, which no match binds" in r.reason
+    r = run([{"kind": "insert", "before": "", "after": "$3 = $4 * 2"}, exp_only])
+    assert r.status == "skipped" and "uses $4" in r.reason
+    r = run([{"kind": "delete", "before": "$1 = $2", "after": ""}, exp_only])
+    assert r.status == "skipped" and "deletes statements" in r.reason
+    r = run([{"kind": "replace", "before": "$1", "after": "$1.to(tl.float32)"}])
+    assert r.status == "skipped" and "any expression at all" in r.reason
+    r = run([{"kind": "insert", "before": "", "after": "$1 = 2"}])
+    assert r.status == "skipped" and "only inserts statements" in r.reason
+
+
+def test_pattern_engine_rewrites_values_not_names_or_targets():
+    from skel.rewriter.pattern import apply_pattern
+
+    src = ('@triton.jit\ndef k(x, o, D: tl.constexpr):\n    x = tl.load(x + 1, mask=x > 0, other=0)\n'
+           '    tl.store(o, tl.where(x > 0, x, 0))\n')
+    r = apply_pattern("SKP00000", src, [{"kind": "replace", "before": "x", "after": "x.to(tl.float32)"}])
+    # The parameter, the assignment target and nothing named x by attribute or keyword are touched.
+    assert r.source == ('@triton.jit\ndef k(x, o, D: tl.constexpr):\n'
+                        '    x = tl.load(x.to(tl.float32) + 1, mask=x.to(tl.float32) > 0, other=0)\n'
+                        '    tl.store(o, tl.where(x.to(tl.float32) > 0, x.to(tl.float32), 0))\n')
+    r = apply_pattern("SKP00000", src, [{"kind": "replace", "before": "tl.where($1, $2, $3)",
+                                         "after": "tl.where($1, $2, $3.to(tl.float32))"}])
+    assert "tl.where(x > 0, x, (0).to(tl.float32))" in r.source  # `0.to(...)` would not parse

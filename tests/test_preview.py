@@ -66,10 +66,13 @@ def test_preview_candidates_join_apply_and_plain_apply_is_unchanged(repo, tmp_pa
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     cand = report["candidates"][-1]
     assert cand["unsafe"] is True and "+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)" in cand["diff"]
-    # The exp2 candidate asked for by code: its own reason (the engine does not insert statements).
+    # The exp2 candidate asked for by code: its own reason (the KDA kernel has no `tl.exp(a - b)`).
     assert main(args + ["--preview", "--skeleton", exp2]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["candidates"] == [] and "inserts statements" in data["skipped"][0]["reason"]
+    assert data["candidates"] == [] and "no code matches the pattern" in data["skipped"][0]["reason"]
+    # --skeleton 'SKP*': every preview candidate and no library one.
+    assert main(args + ["--preview", "--skeleton", "SKP*"]) == 1
+    assert [c["label"] for c in json.loads(capsys.readouterr().out)["candidates"]] == [rsqrt]
     # Without --preview nothing changes: no SKP candidate, and an SKP code is unknown.
     assert main(args + ["--unsafe", "--skeleton", "SK001"]) == 1
     assert [c["label"] for c in json.loads(capsys.readouterr().out)["candidates"]] == ["SK001"]

@@ -1,0 +1,300 @@
+"""Issue 5, T = 1 at small N: what is the ceiling, and does a persistent grid reach it? (H200)
+
+At T = 1, N = 32 a KDA decode call moves ~134 MB in ~40 us. The accepted SK002 variant reached
+83 % of the 1 GiB copy roofline there and a pure state copy through the same grid 87-89 %
+(merge_tiles_probe.md). This probe measures, in the gate's timing method (CUDA graph of R launches
+over rotated input sets, median over replays, variants interleaved):
+
+- ceilings: torch's out-of-place copy of the state, torch's in-place elementwise pass over it,
+  Triton in-place state copies through the per-head grid and through a persistent grid;
+- KDA T = 1 decode (the suite's math, L2 norms by rsqrt) with P programs per head and W warps,
+  as one program per tile (what SK002 emits today) and as a persistent grid of C * SMs programs
+  looping over the tiles, optionally launched with programmatic dependent launch (PDL).
+
+    python benchmarks/t1_ceiling_probe.py --out $OUT          # on the GPU
+    TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+H = HV = 32
+K = V = 128
+
+
+@triton.jit
+def _softplus(x):
+    return tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x)))
+
+
+@triton.jit
+def _add2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def kda_t1(q, k, v, g, beta, A_log, dt_bias, o, state, scale, NWORK, T,
+           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+           PERSIST: tl.constexpr, PDL: tl.constexpr, FUSE: tl.constexpr):
+    """One (sequence, head, V tile) work item per loop iteration; the grid is NWORK programs or fewer."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    NV: tl.constexpr = V // BV
+    o_k = tl.arange(0, K)
+    start = tl.program_id(0).to(tl.int64)
+    step = tl.num_programs(0) if PERSIST else NWORK
+    for w in range(start, NWORK, step):
+        w64 = w
+        i_v = w64 % NV
+        i_nh = w64 // NV
+        i_n = i_nh // HV
+        i_hv = i_nh % HV
+        i_h = i_hv // (HV // H)
+        o_v = i_v * BV + tl.arange(0, BV)
+        p_s = state + i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+        b_s = tl.load(p_s)
+        for t in range(0, T):
+            b_q = tl.load(q + ((i_n * T + t) * H + i_h) * K + o_k).to(tl.float32)
+            b_k = tl.load(k + ((i_n * T + t) * H + i_h) * K + o_k).to(tl.float32)
+            b_v = tl.load(v + ((i_n * T + t) * HV + i_hv) * V + o_v).to(tl.float32)
+            b_g = tl.load(g + ((i_n * T + t) * HV + i_hv) * K + o_k).to(tl.float32)
+            b_beta = tl.sigmoid(tl.load(beta + (i_n * T + t) * HV + i_hv).to(tl.float32))
+            b_A = tl.load(A_log + i_hv).to(tl.float32)
+            b_bias = tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
+            b_q = b_q * (tl.rsqrt(tl.sum(b_q * b_q) + 1e-6) * scale)
+            b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+            b_gate = -tl.exp(b_A) * _softplus(b_g + b_bias)
+            b_s = b_s * tl.exp(b_gate)[:, None]
+            if FUSE == 0:  # as written: o reads the updated state (two dependent contractions)
+                b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
+                b_s = b_s + b_k[:, None] * b_delta[None, :]
+                b_o = tl.sum(b_s * b_q[:, None], 0)
+            else:  # o = q.S' = q.S + (q.k) delta: both contractions read the decayed state
+                if FUSE == 1:
+                    b_u = tl.sum(b_s * b_k[:, None], 0)
+                    b_w = tl.sum(b_s * b_q[:, None], 0)
+                else:  # one two-operand reduction
+                    b_u, b_w = tl.reduce((b_s * b_k[:, None], b_s * b_q[:, None]), 0, _add2)
+                b_delta = (b_v - b_u) * b_beta
+                b_s = b_s + b_k[:, None] * b_delta[None, :]
+                b_o = b_w + tl.sum(b_q * b_k) * b_delta
+            tl.store(o + ((i_n * T + t) * HV + i_hv) * V + o_v, b_o.to(o.dtype.element_ty))
+        tl.store(p_s, b_s)
+
+
+@triton.jit
+def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PERSIST: tl.constexpr):
+    """Ceiling: read each state tile and write it back (+0.5), in place, no other work."""
+    NV: tl.constexpr = V // BV
+    o_k = tl.arange(0, K)
+    start = tl.program_id(0).to(tl.int64)
+    step = tl.num_programs(0) if PERSIST else NWORK
+    for w in range(start, NWORK, step):
+        w64 = w
+        o_v = (w64 % NV) * BV + tl.arange(0, BV)
+        p_s = state + (w64 // NV) * K * V + o_k[:, None] * V + o_v[None, :]
+        tl.store(p_s, tl.load(p_s) + 0.5)
+
+
+def inputs(N, T, device, seed):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def rnd(*shape, dtype=torch.bfloat16, s=1.0):
+        return (torch.randn(*shape, generator=gen) * s).to(dtype).to(device)
+
+    return dict(q=rnd(N, T, H, K), k=rnd(N, T, H, K), v=rnd(N, T, HV, V), g=rnd(N, T, HV, K),
+                beta=rnd(N, T, HV), A_log=rnd(HV, dtype=torch.float32, s=0.5),
+                dt_bias=rnd(HV, K, dtype=torch.float32, s=0.5),
+                state=rnd(N, HV, K, V, dtype=torch.float32, s=0.1), dst=None)
+
+
+def sms() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 8
+
+
+def kda_call(P, W, C=0, pdl=False, fuse=0):
+    """C = 0: one program per work item; C > 0: a persistent grid of C programs per SM."""
+    def call(x):
+        N, T = x["q"].shape[:2]
+        nwork = N * HV * P
+        grid = (min(nwork, C * sms()),) if C else (nwork,)
+        o = x.setdefault("o", torch.empty_like(x["v"]))
+        kw = {"launch_pdl": True} if pdl else {}
+        kda_t1[grid](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
+                     K ** -0.5, nwork, T, H=H, HV=HV, K=K, V=V, BV=V // P, PERSIST=bool(C), PDL=pdl, FUSE=fuse,
+                     num_warps=W, num_stages=1, **kw)
+        return o
+    return call
+
+
+def copy_call(P, W, C=0):
+    def call(x):
+        N = x["state"].shape[0]
+        nwork = N * HV * P
+        grid = (min(nwork, C * sms()),) if C else (nwork,)
+        state_copy[grid](x["state"], nwork, K=K, V=V, BV=V // P, PERSIST=bool(C), num_warps=W, num_stages=1)
+    return call
+
+
+def torch_copy(x):
+    if x["dst"] is None:
+        x["dst"] = torch.empty_like(x["state"])
+    x["dst"].copy_(x["state"])
+
+
+def torch_inplace(x):
+    x["state"].add_(0.5)
+
+
+VARIANTS = {"cpy_p2w2": copy_call(2, 2)}
+for _p, _w in ((2, 2), (2, 4), (4, 2), (4, 4), (8, 2), (4, 1)):
+    for _f in (0, 1, 2):
+        VARIANTS[f"kda_p{_p}w{_w}" + ("", "_f1", "_f2")[_f]] = kda_call(_p, _w, fuse=_f)
+SHAPES = [(32, 1), (64, 1), (256, 1), (64, 8)]
+
+
+def reference(x, T):
+    """float64 KDA decode, as kernels/kda_decode/reference.py computes it."""
+    f = {n: t.double().cpu() for n, t in x.items() if t is not None and n not in ("o", "dst")}
+    S = f["state"].clone()
+    N = S.shape[0]
+    out = torch.zeros(N, T, HV, V, dtype=torch.float64)
+    for t in range(T):
+        for hv in range(HV):
+            h = hv // (HV // H)
+            qq = f["q"][:, t, h]
+            kk = f["k"][:, t, h]
+            qq = qq / torch.sqrt((qq * qq).sum(-1, keepdim=True) + 1e-6) * K ** -0.5
+            kk = kk / torch.sqrt((kk * kk).sum(-1, keepdim=True) + 1e-6)
+            gate = -torch.exp(f["A_log"][hv]) * torch.nn.functional.softplus(f["g"][:, t, hv] + f["dt_bias"][hv])
+            s = S[:, hv] * torch.exp(gate)[:, :, None]
+            delta = (f["v"][:, t, hv] - torch.einsum("nk,nkv->nv", kk, s)) * torch.sigmoid(f["beta"][:, t, hv])[:, None]
+            s = s + kk[:, :, None] * delta[:, None, :]
+            out[:, t, hv] = torch.einsum("nk,nkv->nv", qq, s)
+            S[:, hv] = s
+    return out, S
+
+
+def rel(a, b):
+    return float((a.double().cpu() - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30))
+
+
+def check(device) -> int:
+    bad = 0
+    for name, fn in VARIANTS.items():
+        if not name.startswith("kda") or (device == "cpu" and "pdl" in name):
+            continue
+        if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2"):
+            continue  # the interpreter is slow; one of each kind (the two-operand reduce is the slowest)
+        for N, T in ((2, 1), (1, 2)):
+            x = inputs(N, T, device, 7)
+            ref_o, ref_s = reference(x, T)
+            o = fn(x)
+            eo, es = rel(o, ref_o), rel(x["state"], ref_s)
+            ok = eo < 6e-3 and es < 1e-4
+            bad += not ok
+            print(f"{name:18s} N={N} T={T}: o {eo:.1e} state {es:.1e} {'ok' if ok else 'FAIL'}", flush=True)
+    return bad
+
+
+def copy_bandwidth() -> float:
+    n = 1 << 28
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    ts = []
+    for _ in range(20):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e-3)
+    ts.sort()
+    return 2 * n * 4 / ts[len(ts) // 2]
+
+
+def roof_bytes(N, T) -> int:
+    # state read + write, q, k (bf16), v, g, o (bf16), beta (bf16)
+    return 2 * N * HV * K * V * 4 + 2 * N * T * (2 * H * K + HV * V + HV * K + HV * V + HV)
+
+
+def time_shape(N, T, names, reps):
+    R = max(2, math.ceil(240e6 / (N * HV * K * V * 4)))
+    graphs = {}
+    for n in names:
+        sets = [inputs(N, T, "cuda", 100 + i) for i in range(R)]
+        for x in sets:
+            VARIANTS[n](x)
+        torch.cuda.synchronize()
+        gr = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(gr):
+            for x in sets:
+                VARIANTS[n](x)
+        gr.replay()
+        torch.cuda.synchronize()
+        graphs[n] = (gr, sets)
+    ts = {n: [] for n in graphs}
+    for _ in range(reps):
+        for n, (gr, _) in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            gr.replay()
+            b.record()
+            b.synchronize()
+            ts[n].append(a.elapsed_time(b) * 1e3 / R)
+    del graphs
+    torch.cuda.empty_cache()
+    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}, R
+
+
+def gpu(out_dir, reps) -> int:
+    bad = check("cuda")
+    bw = copy_bandwidth()
+    shapes = SHAPES
+    head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, SMs {sms()}, reps {reps}")
+    print(head, flush=True)
+    rows = {}
+    for N, T in shapes:
+        med, R = time_shape(N, T, list(VARIANTS), reps)
+        for n, us in med.items():
+            pct = roof_bytes(N, T) / bw / (us * 1e-6) * 100
+            rows.setdefault(n, {})[f"N{N}"] = (us, pct)
+            print(f"N={N} T={T} R={R} {n:18s} {us:8.1f} us {pct:5.1f} %", flush=True)
+    lines = [f"# T = 1 ceiling probe ({head})", "", "| variant | " + " | ".join(f"N{N} T{T}" for N, T in shapes) + " |",
+             "|---|" + "---|" * len(shapes)]
+    for n, cells in rows.items():
+        lines.append(f"| {n} | " + " | ".join(f"{cells[f'N{N}'][0]:.1f} us / {cells[f'N{N}'][1]:.0f} %" for N, _ in shapes) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        open(os.path.join(out_dir, "t1_ceiling_probe.md"), "w").write(text)
+        json.dump({"head": head, "rows": rows}, open(os.path.join(out_dir, "t1_ceiling_probe.json"), "w"), indent=1)
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="")
+    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--cpu-check", action="store_true")
+    a = ap.parse_args()
+    if a.cpu_check:
+        return 1 if check("cpu") else 0
+    return gpu(a.out, a.reps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
