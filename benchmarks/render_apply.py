@@ -3,6 +3,7 @@
     python benchmarks/render_apply.py OUT.md NAME=DIR/report.json ...
 
 Also writes NAME.json beside OUT.md: every candidate's per-shape timing and numerics, without diffs.
+NAME=NAME.json (such a file, from an earlier render) renders it again as it is.
 """
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def main(argv: list[str]) -> None:
     md = [out.read_text().split("<!-- tables -->")[0].rstrip() + "\n\n<!-- tables -->", ""] if out.exists() else []
     for arg in argv[1:]:
         name, path = arg.split("=", 1)
-        data = compact(json.loads(Path(path).read_text()))
+        report = json.loads(Path(path).read_text())
+        rendered = all("shapes" in c for c in report["candidates"])  # already compact: an earlier render
+        data = report if rendered else compact(report)
         (out.parent / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
         md += table(name, data)
     out.write_text("\n".join(md) + "\n")

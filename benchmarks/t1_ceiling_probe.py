@@ -11,7 +11,7 @@ over rotated input sets, median over replays, variants interleaved):
   as one program per tile (what SK002 emits today) and as a persistent grid of C * SMs programs
   looping over the tiles, optionally launched with programmatic dependent launch (PDL).
 
-    python benchmarks/t1_ceiling_probe.py --out $OUT          # on the GPU
+    python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU (call 1; --set fuse: call 2)
     TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
 """
 from __future__ import annotations
@@ -155,11 +155,27 @@ def torch_inplace(x):
     x["state"].add_(0.5)
 
 
-VARIANTS = {"cpy_p2w2": copy_call(2, 2)}
+# Call 1 (--set ceil): copy ceilings, per-tile grids, persistent grids (C programs per SM), PDL.
+CEIL = {
+    "torch_copy": torch_copy,
+    "torch_inplace": torch_inplace,
+    "cpy_p1w4": copy_call(1, 4), "cpy_p2w2": copy_call(2, 2), "cpy_p2w4": copy_call(2, 4),
+    "cpy_p2w2_c4": copy_call(2, 2, 4), "cpy_p2w2_c8": copy_call(2, 2, 8), "cpy_p4w2_c8": copy_call(4, 2, 8),
+    "cpy_p1w4_c4": copy_call(1, 4, 4),
+    "kda_p2w2": kda_call(2, 2), "kda_p2w4": kda_call(2, 4), "kda_p1w4": kda_call(1, 4), "kda_p4w2": kda_call(4, 2),
+    "kda_p2w2_c4": kda_call(2, 2, 4), "kda_p2w2_c8": kda_call(2, 2, 8),
+    "kda_p2w4_c4": kda_call(2, 4, 4), "kda_p4w2_c8": kda_call(4, 2, 8), "kda_p4w2_c16": kda_call(4, 2, 16),
+    "kda_p1w4_c4": kda_call(1, 4, 4),
+    "kda_p2w2_pdl": kda_call(2, 2, 0, True), "kda_p2w2_c4_pdl": kda_call(2, 2, 4, True),
+}
+# Call 2 (--set fuse): the two state contractions of a step made independent (_f1: two sums over the
+# decayed state, o = q.S + (q.k) delta; _f2: one two-operand reduction), over more tile shapes.
+FUSED = {"cpy_p2w2": copy_call(2, 2)}
 for _p, _w in ((2, 2), (2, 4), (4, 2), (4, 4), (8, 2), (4, 1)):
     for _f in (0, 1, 2):
-        VARIANTS[f"kda_p{_p}w{_w}" + ("", "_f1", "_f2")[_f]] = kda_call(_p, _w, fuse=_f)
-SHAPES = [(32, 1), (64, 1), (256, 1), (64, 8)]
+        FUSED[f"kda_p{_p}w{_w}" + ("", "_f1", "_f2")[_f]] = kda_call(_p, _w, fuse=_f)
+SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)])}
+VARIANTS = {**CEIL, **FUSED}
 
 
 def reference(x, T):
@@ -258,24 +274,24 @@ def time_shape(N, T, names, reps):
     return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}, R
 
 
-def gpu(out_dir, reps) -> int:
+def gpu(out_dir, reps, set_name) -> int:
     bad = check("cuda")
     bw = copy_bandwidth()
-    shapes = SHAPES
+    variants, shapes = SETS[set_name]
     head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, SMs {sms()}, reps {reps}")
     print(head, flush=True)
     rows = {}
     for N, T in shapes:
-        med, R = time_shape(N, T, list(VARIANTS), reps)
+        med, R = time_shape(N, T, list(variants), reps)
         for n, us in med.items():
             pct = roof_bytes(N, T) / bw / (us * 1e-6) * 100
-            rows.setdefault(n, {})[f"N{N}"] = (us, pct)
+            rows.setdefault(n, {})[f"N{N}T{T}"] = (us, pct)
             print(f"N={N} T={T} R={R} {n:18s} {us:8.1f} us {pct:5.1f} %", flush=True)
     lines = [f"# T = 1 ceiling probe ({head})", "", "| variant | " + " | ".join(f"N{N} T{T}" for N, T in shapes) + " |",
              "|---|" + "---|" * len(shapes)]
     for n, cells in rows.items():
-        lines.append(f"| {n} | " + " | ".join(f"{cells[f'N{N}'][0]:.1f} us / {cells[f'N{N}'][1]:.0f} %" for N, _ in shapes) + " |")
+        lines.append(f"| {n} | " + " | ".join(f"{cells[f'N{N}T{T}'][0]:.1f} us / {cells[f'N{N}T{T}'][1]:.0f} %" for N, T in shapes) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if out_dir:
@@ -289,11 +305,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="variant set: ceil (call 1), fuse (call 2)")
     ap.add_argument("--cpu-check", action="store_true")
     a = ap.parse_args()
     if a.cpu_check:
         return 1 if check("cpu") else 0
-    return gpu(a.out, a.reps)
+    return gpu(a.out, a.reps, a.set)
 
 
 if __name__ == "__main__":
