@@ -18,6 +18,10 @@ name>_folded`` where the statement binds one name. The statement goes into each 
 function where the replacements matched, right before the function-level statement that
 holds the first match (before the loop, for a match inside one). Deletions are not
 applied: the pattern is skipped with that reason.
+
+Only values are rewritten: never an assignment target, an attribute's or keyword's name, a
+function's or parameter's name. A ``before`` that is a bare hole (``$1 => $1.to(...)``)
+would rewrite every expression and is refused, as is an ``after`` hole nothing defines.
 """
 from __future__ import annotations
 
@@ -110,7 +114,6 @@ class _Replacer(cst.CSTTransformer):
         self.funcs: list[_Function | None] = []
         self.changes: list[Change] = []
         self.matched: set[int] = set()  # indices of the edits that matched somewhere
-        self.unparsable: list[int] = []  # lines where the filled pattern did not parse
         self.unbound: list[str] = []  # functions where an inserted statement had a hole no match bound
         self.names: set[int] = set()  # ids of Name nodes that are names, not values (attributes, keywords...)
 
@@ -153,8 +156,6 @@ class _Replacer(cst.CSTTransformer):
         self.jit_depth -= self._is_jit(original)
         if fn is None or fn.first_top is None or not self.inserts:
             return updated
-        for h in sorted(self.fresh):
-            fn.binds.setdefault(h, self._fresh_name(h, fn))
         stmts = []
         for text in self.inserts:
             if _holes(text) - set(fn.binds):
@@ -168,12 +169,12 @@ class _Replacer(cst.CSTTransformer):
         body[fn.first_top:fn.first_top] = stmts
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
-    def _fresh_name(self, hole: str, fn: _Function) -> str:
+    def _fresh_name(self, hole: str, binds: dict[str, str]) -> str:
         """``<name>_folded`` where an inserted statement defining ``hole`` binds exactly one name, else ``skel_v``."""
         base = "skel_v"
         for text in self.inserts:
             if hole in _holes(text):
-                named = [fn.binds[h] for h in _holes(text) - {hole} if fn.binds.get(h, "").isidentifier()]
+                named = [binds[h] for h in _holes(text) - {hole} if binds.get(h, "").isidentifier()]
                 if len(named) == 1:
                     base = named[0] + "_folded"
                     break
@@ -201,22 +202,53 @@ class _Replacer(cst.CSTTransformer):
             binds: dict[str, ast.AST] = {}
             if _match(pat, node, binds):
                 line = self.get_metadata(cst.metadata.PositionProvider, original).start.line
+                names = dict(fn.binds) if fn is not None else {}  # kept only if this match is applied
                 if fn is not None:
                     for name in binds:
-                        fn.binds.setdefault("$" + name[len(_HOLE):], _fill("$" + name[len(_HOLE):], binds, text))
-                    for hole in sorted(self.fresh):  # fresh names are fixed at the function's first match
-                        fn.binds.setdefault(hole, self._fresh_name(hole, fn))
+                        names.setdefault("$" + name[len(_HOLE):], _fill("$" + name[len(_HOLE):], binds, text))
+                    for hole in sorted(self.fresh - set(names)):  # fixed at the function's first applied match
+                        names[hole] = self._fresh_name(hole, names)
                 try:
-                    replacement = cst.parse_expression(_fill(after, binds, text, fn.binds if fn else {}))
+                    replacement = cst.parse_expression(_fill(after, binds, text, names))
                 except (cst.ParserSyntaxError, KeyError):  # not an expression here, or a fresh name outside a jit function
-                    self.unparsable.append(line)
                     continue
                 self.matched.add(index)
-                if fn is not None and fn.first_top is None:
-                    fn.first_top = fn.top
+                if fn is not None:
+                    fn.binds = names
+                    if fn.first_top is None:
+                        fn.first_top = fn.top
                 self.changes.append(Change(line, f"{ast.unparse(node)} -> {self.module.code_for_node(replacement)}"))
                 return replacement.with_changes(lpar=original.lpar, rpar=original.rpar) if original.lpar else replacement
         return updated
+
+
+def pattern_problem(edits: list[dict]) -> str | None:
+    """Why the engine cannot apply this pattern to any target at all, or None (target-independent checks)."""
+    if any(e["kind"] == "delete" for e in edits):
+        return ("the pattern also deletes statements; the pattern engine replaces expressions and inserts "
+                "statements, it does not delete them")
+    replaces = [e for e in edits if e["kind"] == "replace"]
+    inserts = [e["after"] for e in edits if e["kind"] == "insert"]
+    if not replaces:
+        return "the pattern only inserts statements: nothing in the target anchors where they go"
+    bare = next((e["before"] for e in replaces if _HOLE_RE.fullmatch(e["before"].strip())), None)
+    if bare is not None:
+        return f"the pattern rewrites `{bare}`, any expression at all: nothing anchors where it applies"
+    bound = set().union(*(_holes(e["before"]) for e in replaces))
+    fresh: set[str] = set()  # holes an inserted statement assigns: new variables
+    for text in inserts:
+        lhs, _, rhs = text.partition("=")
+        if not rhs or not _HOLE_RE.fullmatch(lhs.strip()) or rhs.startswith("="):
+            return f"the inserted statement `{text}` does not assign a new variable ($N = ...)"
+        if _holes(rhs) - bound - fresh:
+            return (f"the inserted statement `{text}` uses {min(_holes(rhs) - bound - fresh)}, "
+                    "which no match binds and no earlier inserted statement defines")
+        fresh.add(lhs.strip())
+    undefined = set().union(*(_holes(e["after"]) for e in replaces)) - bound - fresh
+    if undefined:
+        return (f"the pattern's replacement uses {min(undefined)}, which no match binds and no inserted "
+                "statement defines")
+    return None
 
 
 def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[dict] = ()) -> Rewrite:
@@ -224,16 +256,11 @@ def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[di
     def skip(reason: str) -> Rewrite:
         return Rewrite(code, SKIPPED, source, reason, safety="unsafe")
 
-    if any(e["kind"] == "delete" for e in edits):
-        return skip("the pattern also deletes statements; the pattern engine replaces expressions and inserts "
-                    "statements, it does not delete them")
+    problem = pattern_problem(edits)
+    if problem:
+        return skip(problem)
     replaces = [e for e in edits if e["kind"] == "replace"]
     inserts = [e["after"] for e in edits if e["kind"] == "insert"]
-    if not replaces:
-        return skip("the pattern only inserts statements: nothing in the target anchors where they go")
-    bare = next((e["before"] for e in replaces if _HOLE_RE.fullmatch(e["before"].strip())), None)
-    if bare is not None:
-        return skip(f"the pattern rewrites `{bare}`, any expression at all: nothing anchors where it applies")
     try:
         pats = [(_parse_pattern(e["before"]), e["after"]) for e in replaces]
         for _, after in pats:
@@ -246,20 +273,7 @@ def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[di
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         return Rewrite(code, FAILED, source, f"target does not parse: line {exc.raw_line}: {exc.message}", safety="unsafe")
-    bound = set().union(*(_holes(e["before"]) for e in replaces))
-    fresh: set[str] = set()  # holes an inserted statement assigns: new variables
-    for text in inserts:
-        lhs, _, rhs = text.partition("=")
-        if not rhs or not _HOLE_RE.fullmatch(lhs.strip()) or rhs.startswith("="):
-            return skip(f"the inserted statement `{text}` does not assign a new variable ($N = ...)")
-        if _holes(rhs) - bound - fresh:
-            return skip(f"the inserted statement `{text}` uses {min(_holes(rhs) - bound - fresh)}, "
-                        "which no match binds and no earlier inserted statement defines")
-        fresh.add(lhs.strip())
-    undefined = set().union(*(_holes(e["after"]) for e in replaces)) - bound - fresh
-    if undefined:
-        return skip(f"the pattern's replacement uses {min(undefined)}, which no match binds and no inserted "
-                    "statement defines")
+    fresh = {t.partition("=")[0].strip() for t in inserts}  # the new variables the inserted statements define
     used = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
     jit_only = any(c.get("id") == "in-jit-function" for c in conditions)
     wrapper = cst.metadata.MetadataWrapper(module)

@@ -111,7 +111,31 @@ def test_gated_preview_verdicts_are_evidence_and_admit_on_a_held_out_kernel(repo
     assert main(["catalog", "list", "--status", "preview", "--catalog", str(db), "--json"]) == 0
     listed = {e["code"]: e for e in json.loads(capsys.readouterr().out) if e.get("origin")}
     assert listed[rsqrt]["admitted"] is False and listed[rsqrt]["trials"][0]["held_out"] is True
+    assert listed[rsqrt]["appliable"] is True and "cannot apply" not in shown
     assert main(["catalog", "show", "SKP00000", "--catalog", str(db)]) == 2
+
+
+def test_patterns_the_engine_can_never_apply_are_flagged():
+    from skel.commands.catalog_preview import list_line, render
+    from skel.rewriter.pattern import pattern_problem
+
+    bare = [{"kind": "replace", "before": "$1", "after": "$1.to(tl.float32)"}]
+    assert "any expression at all" in pattern_problem(bare)
+    assert pattern_problem([{"kind": "replace", "before": "tl.exp($1)", "after": "tl.exp2($1 * $2)"}]) \
+        .startswith("the pattern's replacement uses $2")
+    assert pattern_problem([{"kind": "insert", "before": "", "after": "$1 = $2 * 1.44"},
+                            {"kind": "replace", "before": "tl.sum($3) * $2", "after": "tl.sum($3) * $1"}]) is None
+
+    class Cand:  # the fields render/list_line read
+        code, name, title, status, promoted_as, score, kernels, commits, perf_commits = \
+            "SKP00001", "to-float32", "t", "preview", None, 1.0, 2, 2, 0
+        pattern = {"refined": bare, "refined_holes": [], "edits": bare, "conditions": [], "occurrences": []}
+
+    class St:
+        admitted, rank_score, trials, why = False, 1.0, (), "not admitted: never judged"
+
+    assert "- the pattern engine cannot apply it to any kernel: the pattern rewrites `$1`" in render(Cand, St)
+    assert list_line(Cand, St, 10).endswith("not admitted (the pattern engine cannot apply it)")
 
 
 def _run(code, verdict, source, shape="N1", metric="numerics"):

@@ -19,15 +19,21 @@ def ranked(args) -> list:
 
 def entry(cand, standing) -> dict:
     """The JSON of one candidate: its content plus its standing (rank_score, admitted, trials)."""
-    return {**cand.to_json(), **standing.to_json(), "sources": len(cand.pattern.get("sources", ()))}
+    from skel.rewriter.pattern import pattern_problem
+
+    return {**cand.to_json(), **standing.to_json(), "sources": len(cand.pattern.get("sources", ())),
+            "appliable": pattern_problem(cand.pattern["refined"]) is None}
 
 
 def list_line(cand, standing, width: int) -> str:
     status = "preview" if cand.status == "preview" else f"promoted as {cand.promoted_as}"
     admitted = "admitted" if standing.admitted else "not admitted"
     rank = f"score {cand.score:g}" + (f" -> {standing.rank_score:g}" if standing.rank_score != cand.score else "")
+    from skel.rewriter.pattern import pattern_problem
+
+    engine = "" if pattern_problem(cand.pattern["refined"]) is None else " (the pattern engine cannot apply it)"
     return (f"{cand.code}  {cand.name:<{width}}  candidate {rank}, {cand.kernels} kernels, {cand.commits} commits, "
-            f"{len(standing.trials)} trials  {status}, {admitted}")
+            f"{len(standing.trials)} trials  {status}, {admitted}{engine}")
 
 
 def show(args) -> int:
@@ -48,6 +54,8 @@ def show(args) -> int:
 
 
 def render(cand, standing) -> str:
+    from skel.rewriter.pattern import pattern_problem
+
     p = cand.pattern
     status = "preview" if cand.status == "preview" else f"promoted as {cand.promoted_as}"
     out = [f"{cand.code} {cand.name}: {cand.title}",
@@ -55,6 +63,8 @@ def render(cand, standing) -> str:
            f"after verdicts {standing.rank_score:g} · {'admitted' if standing.admitted else 'not admitted'}",
            "", "## Pattern"]
     out += [f"- {e['kind']}: {e['before'] or '-'} => {e['after'] or '-'}" for e in p["refined"]]
+    problem = pattern_problem(p["refined"])
+    out += [f"- the pattern engine cannot apply it to any kernel: {problem}"] if problem else []
     out += ["", "## Holes"]
     out += [f"- {h['name']} ({h['kind']}): e.g. {', '.join(h['examples'])}" for h in p["refined_holes"]] or ["- none"]
     out += ["", "## Core pattern (what changes)"]
