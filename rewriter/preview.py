@@ -9,7 +9,9 @@ it keeps the bits), then judged by the same gate, selection and report; ``_recor
 
 Verdicts then rank the candidates (``standings``). Runs are grouped into *trials*: one
 candidate alone on one target version (source hash) on one device. A trial
-
+- *reproduces* its effect when numerics passed everywhere and it was measured faster at some
+  shape: the candidate gains ``BONUS_HELD_OUT`` on a held-out kernel, ``BONUS_SOURCE`` on one
+  it was distilled from;
 - *fails* when numerics failed at some shape: the candidate loses ``PENALTY_NUMERICS``;
 - is *slower* when performance was measured and the candidate was slower at some shape and
   faster at none: it loses ``PENALTY_SLOWER``;
@@ -32,6 +34,8 @@ from skel.rewriter.pattern import apply_pattern
 
 PENALTY_NUMERICS = 4.0  # per trial whose numerics failed (a wrong rewrite is worse than a slow one)
 PENALTY_SLOWER = 2.0  # per measured trial slower somewhere and faster nowhere
+BONUS_SOURCE = 1.0  # per trial that reproduced its effect on a kernel it was distilled from
+BONUS_HELD_OUT = 3.0  # per trial that reproduced its effect on a held-out kernel
 ANY_PREVIEW = "SKP*"  # the Skip label for preview candidates as a group
 
 
@@ -125,6 +129,7 @@ def standing(cand, runs) -> Standing:
     sources = frozenset(cand.pattern.get("sources", ()))
     ts = trials(cand.code, runs, sources)
     penalty = PENALTY_NUMERICS * sum(t.numerics_failed > 0 for t in ts) + PENALTY_SLOWER * sum(t.sinks for t in ts)
+    penalty -= sum(BONUS_HELD_OUT if t.held_out else BONUS_SOURCE for t in ts if t.reproduces)
     admitting = next((t for t in ts if t.reproduces and t.held_out), None)
     if admitting is not None:
         why = "admitted: the gate reproduced its effect on " + admitting.describe()

@@ -16,7 +16,7 @@ from skel.catalog.store import ValidationRun, open_catalog
 from skel.cli import main
 from skel.miner.history import mine_history, text_hash
 from skel.rewriter.apply import ApplyOptions, apply
-from skel.rewriter.preview import PENALTY_NUMERICS, PENALTY_SLOWER, standings
+from skel.rewriter.preview import BONUS_HELD_OUT, BONUS_SOURCE, PENALTY_NUMERICS, PENALTY_SLOWER, standings
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the repositories")
 KDA = Path(skel.kernels.__file__).resolve().parent / "kda_decode" / "kernel.py"
@@ -161,7 +161,8 @@ def test_rejections_sink_a_candidate_and_only_held_out_acceptance_admits(repo, t
         after = {c.code: s for c, s in standings(cat)}
         st = after[rsqrt]
         assert (st.failures, st.slower, st.admitted) == (1, 1, False)
-        assert st.rank_score == round(before[rsqrt].score - PENALTY_NUMERICS - PENALTY_SLOWER, 2)
+        sunk = round(before[rsqrt].score - PENALTY_NUMERICS - PENALTY_SLOWER + BONUS_SOURCE, 2)
+        assert st.rank_score == sunk
         assert "accepted only on kernels it was distilled from" in st.why
         assert [c.code for c, _ in standings(cat)] == [exp2, rsqrt]  # it sank below the other candidate
         # Faster at one shape (and slower at none needed only per shape) on a held-out kernel: admitted.
@@ -169,3 +170,4 @@ def test_rejections_sink_a_candidate_and_only_held_out_acceptance_admits(repo, t
         cat.record_validation(_run(rsqrt, "same", "c" * 64, shape="N2", metric="speedup"))
         st = {c.code: s for c, s in standings(cat)}[rsqrt]
         assert st.admitted and "held-out, source cccccccccccc" in st.why and "faster at 1, slower at 0 of 2" in st.why
+        assert st.rank_score == sunk + BONUS_HELD_OUT  # confirmed away from its source: it rises again
