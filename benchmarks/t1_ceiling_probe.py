@@ -92,6 +92,39 @@ def kda_t1(q, k, v, g, beta, A_log, dt_bias, o, state, scale, NWORK, T,
 
 
 @triton.jit
+def kda_t1_pipe(q, k, v, g, beta, A_log, dt_bias, o, state, scale, NWORK,
+                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+                STAGES: tl.constexpr):
+    """T = 1 only, persistent: the loop over work items is software-pipelined by Triton
+    (tl.range(..., num_stages=STAGES)), so the next item's state load is in flight during this one's math."""
+    NV: tl.constexpr = V // BV
+    o_k = tl.arange(0, K)
+    for w64 in tl.range(tl.program_id(0).to(tl.int64), NWORK, tl.num_programs(0), num_stages=STAGES):
+        i_v = w64 % NV
+        i_nh = w64 // NV
+        i_n = i_nh // HV
+        i_hv = i_nh % HV
+        i_h = i_hv // (HV // H)
+        o_v = i_v * BV + tl.arange(0, BV)
+        p_s = state + i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+        b_s = tl.load(p_s)
+        b_q = tl.load(q + (i_n * H + i_h) * K + o_k).to(tl.float32)
+        b_k = tl.load(k + (i_n * H + i_h) * K + o_k).to(tl.float32)
+        b_v = tl.load(v + (i_n * HV + i_hv) * V + o_v).to(tl.float32)
+        b_g = tl.load(g + (i_n * HV + i_hv) * K + o_k).to(tl.float32)
+        b_beta = tl.sigmoid(tl.load(beta + i_n * HV + i_hv).to(tl.float32))
+        b_A = tl.load(A_log + i_hv).to(tl.float32)
+        b_bias = tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
+        b_q = b_q * (tl.rsqrt(tl.sum(b_q * b_q) + 1e-6) * scale)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+        b_s = b_s * tl.exp(-tl.exp(b_A) * _softplus(b_g + b_bias))[:, None]
+        b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
+        b_s = b_s + b_k[:, None] * b_delta[None, :]
+        tl.store(o + (i_n * HV + i_hv) * V + o_v, tl.sum(b_s * b_q[:, None], 0).to(o.dtype.element_ty))
+        tl.store(p_s, b_s)
+
+
+@triton.jit
 def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PERSIST: tl.constexpr):
     """Ceiling: read each state tile and write it back (+0.5), in place, no other work."""
     NV: tl.constexpr = V // BV
@@ -136,6 +169,19 @@ def kda_call(P, W, C=0, pdl=False, fuse=0):
     return call
 
 
+def pipe_call(P, W, C, stages):
+    def call(x):
+        N, T = x["q"].shape[:2]
+        assert T == 1, "the pipelined probe kernel is T = 1 only"
+        nwork = N * HV * P
+        o = x.setdefault("o", torch.empty_like(x["v"]))
+        pgrid = (min(nwork, C * sms()),)
+        kda_t1_pipe[pgrid](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
+                           K ** -0.5, nwork, H=H, HV=HV, K=K, V=V, BV=V // P, STAGES=stages, num_warps=W)
+        return o
+    return call
+
+
 def copy_call(P, W, C=0):
     def call(x):
         N = x["state"].shape[0]
@@ -174,8 +220,14 @@ FUSED = {"cpy_p2w2": copy_call(2, 2)}
 for _p, _w in ((2, 2), (2, 4), (4, 2), (4, 4), (8, 2), (4, 1)):
     for _f in (0, 1, 2):
         FUSED[f"kda_p{_p}w{_w}" + ("", "_f1", "_f2")[_f]] = kda_call(_p, _w, fuse=_f)
-SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)])}
-VARIANTS = {**CEIL, **FUSED}
+# Call 3 (--set pipe): persistent grids whose loop over work items Triton software-pipelines.
+PIPE = {"cpy_p2w2": copy_call(2, 2), "kda_p2w2": kda_call(2, 2), "kda_p4w2": kda_call(4, 2),
+        "pipe_p2w2_c2_s2": pipe_call(2, 2, 2, 2), "pipe_p2w2_c4_s2": pipe_call(2, 2, 4, 2),
+        "pipe_p4w2_c4_s2": pipe_call(4, 2, 4, 2), "pipe_p4w2_c8_s2": pipe_call(4, 2, 8, 2),
+        "pipe_p4w4_c4_s2": pipe_call(4, 4, 4, 2), "pipe_p4w2_c4_s1": pipe_call(4, 2, 4, 1)}
+SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
+        "pipe": (PIPE, [(32, 1), (64, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE}
 
 
 def reference(x, T):
@@ -204,14 +256,14 @@ def rel(a, b):
     return float((a.double().cpu() - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30))
 
 
-def check(device) -> int:
+def check(device, variants=None) -> int:
     bad = 0
-    for name, fn in VARIANTS.items():
-        if not name.startswith("kda") or (device == "cpu" and "pdl" in name):
+    for name, fn in (variants or VARIANTS).items():
+        if not name.startswith(("kda", "pipe")) or (device == "cpu" and "pdl" in name):
             continue
-        if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2"):
+        if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2", "pipe_p4w2_c4_s2")[-int(os.environ.get("PROBE_ONLY_LAST", 4)):]:
             continue  # the interpreter is slow; one of each kind (the two-operand reduce is the slowest)
-        for N, T in ((2, 1), (1, 2)):
+        for N, T in ((2, 1), (1, 2)) if not name.startswith("pipe") else ((2, 1), (3, 1)):
             x = inputs(N, T, device, 7)
             ref_o, ref_s = reference(x, T)
             o = fn(x)
@@ -275,7 +327,7 @@ def time_shape(N, T, names, reps):
 
 
 def gpu(out_dir, reps, set_name) -> int:
-    bad = check("cuda")
+    bad = check("cuda", SETS[set_name][0])
     bw = copy_bandwidth()
     variants, shapes = SETS[set_name]
     head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
@@ -305,7 +357,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="")
     ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="variant set: ceil (call 1), fuse (call 2)")
+    ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="ceil (call 1), fuse (call 2), pipe (call 3)")
     ap.add_argument("--cpu-check", action="store_true")
     a = ap.parse_args()
     if a.cpu_check:
