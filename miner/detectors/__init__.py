@@ -11,46 +11,23 @@ that already uses the technique at a site is not also an opportunity there.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from types import ModuleType
 from typing import Any
 
-from skel.miner.detectors import (
-    sk001_rsqrt,
-    sk002_merge_v_tiles,
-    sk003_hoist_invariant_loads,
-    sk004_exp2_log2e,
-    sk005_launch_config_search,
-    sk006_eviction_hints,
-    sk007_dot_precision,
-    sk008_do_not_specialize,
-    sk009_flat_grid_int64,
-    sk010_gva_head_mapping,
-    sk011_gate_fusion,
-    sk012_split_kv_lse,
-    sk013_warp_reduction,
-)
 from skel.miner.detectors.base import Check, ConditionResult, Ctx, Hit
 from skel.miner.profile import KernelProfile
 
 __all__ = ["ConditionResult", "DETECTORS", "evaluate", "run_detectors", "detector_for"]
 
+# Every module of this package named skNNN_<what>.py is a detector, keyed by its CODE.
 DETECTORS: dict[str, ModuleType] = {
     m.CODE: m
-    for m in (
-        sk001_rsqrt,
-        sk002_merge_v_tiles,
-        sk003_hoist_invariant_loads,
-        sk004_exp2_log2e,
-        sk005_launch_config_search,
-        sk006_eviction_hints,
-        sk007_dot_precision,
-        sk008_do_not_specialize,
-        sk009_flat_grid_int64,
-        sk010_gva_head_mapping,
-        sk011_gate_fusion,
-        sk012_split_kv_lse,
-        sk013_warp_reduction,
-    )
+    for m in (importlib.import_module(f"{__name__}.{info.name}")
+              for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name)
+              if re.fullmatch(r"sk\d{3}_\w+", info.name))
 }
 
 
