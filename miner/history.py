@@ -1,9 +1,11 @@
 """``skel mine --history``: distil candidate skeletons from the commits that changed kernels.
 
-Per commit (oldest first, merges skipped) and per changed ``.py`` file under the chosen
-paths whose old and new blobs both look like Triton (``triton`` and ``jit`` in the text):
-both blobs are read through one ``git cat-file --batch``, parsed with ``ast`` (each blob
-once per run), diffed function by function (``history_edits``), and the edits are
+Per commit (oldest first, merges skipped) and per changed file under the chosen paths
+whose old and new blobs both look like kernels (a ``.py`` file with ``triton`` and ``jit``
+in the text, or a CUDA/C++ file with ``__global__`` or ``__device__``): both blobs are read
+through one ``git cat-file --batch``, parsed (Python with ``ast``; CUDA with tree-sitter,
+mirrored as Python syntax trees by ``history_cuda``; each blob once per run), diffed
+function by function (``history_edits``), and the edits are
 stored in the catalog. Then every stored edit, from every mined repository, is
 clustered into ranked patterns (``history_cluster``) that replace the catalog's
 candidates.
@@ -27,6 +29,7 @@ from typing import Callable
 from skel.catalog.store import Catalog, open_catalog
 from skel.miner import history_git as git
 from skel.miner.history_cluster import distill
+from skel.miner.history_cuda import cuda_module, is_cuda_path
 from skel.miner.history_edits import diff_files
 from skel.miner.history_patterns import MIN_SUPPORT, MinedEdit, Pattern
 
@@ -144,7 +147,7 @@ class _Stored:
 
 
 def _selected(path: str, paths: tuple[str, ...]) -> bool:
-    if not path.endswith(".py"):
+    if not (path.endswith(".py") or is_cuda_path(path)):
         return False
     return not paths or any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
 
@@ -164,9 +167,12 @@ def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
             if data is not None:
                 hashes[blob] = text_hash(data.decode("utf-8", errors="replace"))
             result = None
-            if data is not None and all(m in data for m in _MARKERS):
+            cuda = is_cuda_path(where)
+            if data is not None and (b"__global__" in data or b"__device__" in data if cuda
+                                     else all(m in data for m in _MARKERS)):
                 try:
-                    result = ast.parse(data.decode("utf-8-sig"), filename=where)
+                    text = data.decode("utf-8-sig")
+                    result = cuda_module(text) if cuda else ast.parse(text, filename=where)
                 except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError) as exc:
                     stats["errors"].append((commit, where, f"{type(exc).__name__}: {exc}"))
             if len(parsed) >= _PARSE_CACHE:

@@ -32,7 +32,7 @@ MIN_SUPPORT = 2  # occurrences in distinct (commit, kernel) pairs
 VARIANT_PREFIX = "variants:"
 VARIANT_MIN_SUPPORT = 1
 MAX_EDITS = 6  # a compound with more distinct edits is a refactor, not a skeleton
-PERF_RE = re.compile(r"\b(speed\w*|faster|fast|perf\w*|optimi[sz]\w*|accelerat\w*|latency|throughput)\b"
+PERF_RE = re.compile(r"\b(speed\w*|fast\w*|perf\w*|optimi[sz]\w*|accelerat\w*|latency|throughput)\b"
                      r"|\d+(\.\d+)?\s?%|\b\d+(\.\d+)?x\b", re.IGNORECASE)
 REDUCTIONS = ("tl.sum", "tl.max", "tl.min", "tl.reduce", "tl.cumsum", "tl.argmax", "tl.argmin")
 _HOLE = "__hole_"

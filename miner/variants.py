@@ -2,7 +2,8 @@
 
 Each PATH (a file or a folder) is one *tree*: an upstream library, one of its backends, a
 vendored copy in another project. Every top-level ``@...jit`` function of every Triton
-file (text prefilter, then ``ast``; nothing is imported or run) is a kernel site. A kernel
+file (text prefilter, then ``ast``; nothing is imported or run) and every ``__global__``
+function of every CUDA/C++ file (tree-sitter, mirrored by ``history_cuda``) is a kernel site. A kernel
 of a later tree is *aligned* with at most one kernel of an earlier tree when they are the
 same op:
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from skel.catalog.store import Catalog, open_catalog
 from skel.miner.history import text_hash
 from skel.miner.history_cluster import distill
+from skel.miner.history_cuda import cuda_module, is_cuda_path
 from skel.miner.history_edits import (
     Edit, KernelEdit, _diff_root, _dump, _shape, _src, _tokens, diff_functions, functions, is_jit, local_names,
 )
@@ -135,7 +137,7 @@ def _files(root: Path):
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
         for f in sorted(filenames):
-            if f.endswith(".py"):
+            if f.endswith(".py") or is_cuda_path(f):
                 p = Path(dirpath) / f
                 yield p, str(root / p.relative_to(root))
 
@@ -154,18 +156,21 @@ def collect(paths: list[str | os.PathLike]) -> tuple[list[KernelSite], int, list
             except OSError as exc:
                 errors.append((shown, f"cannot read ({exc.strerror})"))
                 continue
-            if b"triton" not in data or b"jit" not in data:
+            cuda = is_cuda_path(shown)
+            if not (b"__global__" in data if cuda else b"triton" in data and b"jit" in data):
                 continue
             try:
                 text = data.decode("utf-8")
-                module = ast.parse(text, filename=shown)
+                module = cuda_module(text) if cuda else ast.parse(text, filename=shown)
             except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError) as exc:
                 errors.append((shown, f"{type(exc).__name__}: {exc}"))
+                continue
+            if module is None:
                 continue
             files += 1
             digest = text_hash(text)
             for fn in functions(module).values():
-                if is_jit(fn):
+                if is_jit(fn) or any(ast.unparse(d) == "cuda_global" for d in fn.decorator_list):
                     params = tuple(a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs)
                     sites.append(KernelSite(tree, shown, fn.lineno, fn.name, params, digest, fn))
     return sites, files, errors

@@ -28,15 +28,16 @@ not a check: see `skel match` for a verdict on one file); 2 for a usage error or
 unusable catalog.
 
 History (--history): PATH must be a git checkout or a bare repository. Every non-merge
-commit that changed a Triton kernel file (under --under, if given) is diffed at the
-syntax-tree level, function by function (formatting, consistent renames and moved code
-are not edits); recurring edits are generalised into patterns with holes and stored in
+commit that changed a Triton kernel file or a CUDA/C++ file with __global__/__device__
+functions (under --under, if given) is diffed at the syntax-tree level, function by
+function (formatting, consistent renames and moved code are not edits; CUDA is read with
+tree-sitter and mirrored in Python syntax, e.g. `x * rsqrtf($2)`); recurring edits are generalised into patterns with holes and stored in
 the catalog as preview candidate skeletons (`skel catalog list --status preview`). The
 catalog remembers the last mined commit per repository: the next run walks only newer
 commits. Plain mining (without --history) never reads history.
 
 Variants (--variants): each PATH (file or folder) is one tree, e.g. an upstream library,
-one of its backends, a vendored copy. The @jit kernels of later PATHs are aligned with
+one of its backends, a vendored copy. The @jit and __global__ kernels of later PATHs are aligned with
 those of earlier PATHs that implement the same op (same or similar name once role and
 backend words such as kernel/npu/ascend are dropped, the same parameters modulo renames,
 similar statement structure) and each aligned pair is diffed like a commit, from the
