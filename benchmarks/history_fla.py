@@ -28,6 +28,7 @@ from skel.miner.history_cluster import distill
 from skel.miner.history_edits import diff_files
 from skel.miner.history_patterns import compound, numbered
 
+NAME = "fla-org/flash-linear-attention"
 # Tokens too common to identify a skeleton on their own (masks, casts, index arithmetic).
 GENERIC = {"to", "tl", "triton", "torch", "load", "store", "program_id", "sum", "float32", "cdiv", "jit",
            "arange", "zeros", "where", "op:*", "op:+", "op:-", "op://", "op:%", "op:/", "mask=", "other=", "dtype=",
@@ -89,7 +90,7 @@ def main() -> int:
     ap.add_argument("--under", action="append", default=[])
     ap.add_argument("--max-commits", type=int)
     ap.add_argument("--catalog", default="/tmp/skel-history-bench.sqlite")
-    ap.add_argument("--name", default="fla-org/flash-linear-attention")
+    ap.add_argument("--name", default=NAME, help="how the repository is named in the report")
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
 
@@ -111,10 +112,11 @@ def main() -> int:
             if matches(sig, ls):
                 rediscovered.setdefault(code, []).append(p)
 
-    print("# History mining: fla-org/flash-linear-attention\n")
+    print(f"# History mining: {args.name}\n")
     print(f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
     print(f"- command: `python benchmarks/history_fla.py {args.repo} {' '.join('--under ' + u for u in args.under)}"
-          f"{' --max-commits ' + str(args.max_commits) if args.max_commits else ''}`")
+          f"{' --max-commits ' + str(args.max_commits) if args.max_commits else ''}"
+          f"{' --name ' + args.name if args.name != NAME else ''}`")
     print(f"- machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}, "
           f"2 cores (single process), no GPU")
     print(f"- repository head: {git_head(args.repo)}")
@@ -151,8 +153,8 @@ def main() -> int:
         print(f"| {p.code} | {p.score:g} | {p.kernels} kernels, {p.commits} commits ({p.perf_commits} perf) | "
               f"{_pat(p)} | {conds} | {prov} |")
     print("\n## Gate confirmation\n")
-    print("Not run: confirming a candidate on the `kernels/` targets needs the GPU gate, which this run did not "
-          "have (no GPU was used). Every candidate above is unconfirmed preview evidence.")
+    print("Not part of this run (CPU only): `bash benchmarks/preview_h200.sh` judges the catalog's candidates on the "
+          "`kernels/` targets on a GPU; until then every candidate above is unconfirmed preview evidence.")
     return 0
 
 
