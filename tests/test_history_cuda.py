@@ -133,3 +133,20 @@ def test_cuda_variants_align_and_diff_like_triton(tmp_path):
     assert keys == ["replace: $1 / sqrtf($2) => $1 * rsqrtf($2)"]
     [occ] = report.candidates[0].occurrences
     assert occ.kernel == "rmsnorm_kernel" and occ.message.startswith("variant pair:")
+
+
+def test_a_cuda_candidate_promotes_as_a_cuda_skeleton(repo, tmp_path):
+    from skel.catalog.promote import render
+    from skel.catalog.store import open_catalog
+
+    path, _ = repo
+    db = tmp_path / "c.sqlite"
+    mine_history(path, catalog=db)
+    with open_catalog(db) as cat:
+        [cand] = cat.candidates()
+    files = dict(render(cand, "SK099", tmp_path).files)
+    assert 'targets = ["cuda"]' in files["skeleton.toml"].splitlines()
+    assert "import triton" not in files["before.py"] and "CUDA, written in the Python syntax" in files["before.py"]
+    assert "h1[h2 * h3 + h4] / sqrtf(h5 + h6)" in files["before.py"]
+    assert "h1[h2 * h3 + h4] * rsqrtf(h5 + h6)" in files["after.py"]
+    ast.parse(files["before.py"]), ast.parse(files["after.py"])
