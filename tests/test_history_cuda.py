@@ -137,6 +137,7 @@ def test_cuda_variants_align_and_diff_like_triton(tmp_path):
 
 def test_a_cuda_candidate_promotes_as_a_cuda_skeleton(repo, tmp_path):
     from skel.catalog.promote import render
+    from skel.commands.catalog_preview import engine_problem
     from skel.catalog.store import open_catalog
 
     path, _ = repo
@@ -145,6 +146,7 @@ def test_a_cuda_candidate_promotes_as_a_cuda_skeleton(repo, tmp_path):
     with open_catalog(db) as cat:
         [cand] = cat.candidates()
     files = dict(render(cand, "SK099", tmp_path).files)
+    assert engine_problem(cand) == "mined from CUDA files: `skel apply` rewrites Triton files only"
     assert 'targets = ["cuda"]' in files["skeleton.toml"].splitlines()
     assert "import triton" not in files["before.py"] and "CUDA, written in the Python syntax" in files["before.py"]
     assert "h1[h2 * h3 + h4] / sqrtf(h5 + h6)" in files["before.py"]

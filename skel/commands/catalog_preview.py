@@ -17,21 +17,29 @@ def ranked(args) -> list:
     return ranked_from(args.catalog)
 
 
-def entry(cand, standing) -> dict:
-    """The JSON of one candidate: its content plus its standing (rank_score, admitted, trials)."""
+def engine_problem(cand) -> str | None:
+    """Why `skel apply --preview` can never apply this candidate, or None."""
+    from skel.miner.history_cuda import is_cuda_path
     from skel.rewriter.pattern import pattern_problem
 
+    problem = pattern_problem(cand.pattern["refined"])
+    occurrences = cand.pattern["occurrences"]
+    if problem is None and occurrences and all(is_cuda_path(o["path"].split(":")[0]) for o in occurrences):
+        problem = "mined from CUDA files: `skel apply` rewrites Triton files only"
+    return problem
+
+
+def entry(cand, standing) -> dict:
+    """The JSON of one candidate: its content plus its standing (rank_score, admitted, trials)."""
     return {**cand.to_json(), **standing.to_json(), "sources": len(cand.pattern.get("sources", ())),
-            "appliable": pattern_problem(cand.pattern["refined"]) is None}
+            "appliable": engine_problem(cand) is None}
 
 
 def list_line(cand, standing, width: int) -> str:
     status = "preview" if cand.status == "preview" else f"promoted as {cand.promoted_as}"
     admitted = "admitted" if standing.admitted else "not admitted"
     rank = f"score {cand.score:g}" + (f" -> {standing.rank_score:g}" if standing.rank_score != cand.score else "")
-    from skel.rewriter.pattern import pattern_problem
-
-    engine = "" if pattern_problem(cand.pattern["refined"]) is None else " (the pattern engine cannot apply it)"
+    engine = "" if engine_problem(cand) is None else " (the pattern engine cannot apply it)"
     return (f"{cand.code}  {cand.name:<{width}}  candidate {rank}, {cand.kernels} kernels, {cand.commits} commits, "
             f"{len(standing.trials)} trials  {status}, {admitted}{engine}")
 
@@ -54,8 +62,6 @@ def show(args) -> int:
 
 
 def render(cand, standing) -> str:
-    from skel.rewriter.pattern import pattern_problem
-
     p = cand.pattern
     status = "preview" if cand.status == "preview" else f"promoted as {cand.promoted_as}"
     out = [f"{cand.code} {cand.name}: {cand.title}",
@@ -63,7 +69,7 @@ def render(cand, standing) -> str:
            f"after verdicts {standing.rank_score:g} · {'admitted' if standing.admitted else 'not admitted'}",
            "", "## Pattern"]
     out += [f"- {e['kind']}: {e['before'] or '-'} => {e['after'] or '-'}" for e in p["refined"]]
-    problem = pattern_problem(p["refined"])
+    problem = engine_problem(cand)
     out += [f"- the pattern engine cannot apply it to any kernel: {problem}"] if problem else []
     out += ["", "## Holes"]
     out += [f"- {h['name']} ({h['kind']}): e.g. {', '.join(h['examples'])}" for h in p["refined_holes"]] or ["- none"]
