@@ -152,3 +152,44 @@ def test_a_cuda_candidate_promotes_as_a_cuda_skeleton(repo, tmp_path):
     assert "h1[h2 * h3 + h4] / sqrtf(h5 + h6)" in files["before.py"]
     assert "h1[h2 * h3 + h4] * rsqrtf(h5 + h6)" in files["after.py"]
     ast.parse(files["before.py"]), ast.parse(files["after.py"])
+
+
+def test_the_mirror_covers_pointers_casts_branches_and_keeps_the_rest_opaque():
+    src = """
+namespace ops {
+template <typename T>
+__device__ __forceinline__ T clamp01(T x) { return x < T(0) ? T(0) : (x > T(1) ? T(1) : x); }
+
+__global__ void scale(float* __restrict__ out, const half* in, int n, float s, bool in_place) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = __half2float(in[i]);
+    *out = (float)v * s;
+    out->x = static_cast<float>(v);
+    do { v *= 0.5f; } while (v > 1.0f && !in_place);
+    auto f = [&](int k) { return k + 1; };
+    asm volatile("membar.gl;");
+    out[i] = std::max(clamp01<float>(v), 0x10 ? 1e-3f : -2.5e+2f);
+}
+}  // namespace ops
+"""
+    m = cuda_module(src)
+    clamp, scale = m.body
+    assert (clamp.name, ast.unparse(clamp.decorator_list[0])) == ("clamp01", "cuda_device")
+    assert ast.unparse(clamp.body[0]) == "return T(0) if x < T(0) else T(1) if x > T(1) else x"
+    lines = ast.unparse(scale).splitlines()
+    assert lines[0:2] == ["@cuda_global", "def scale(out, in_, n, s, in_place):"]  # `in` is a Python keyword
+    assert lines[2:] == [
+        "    i: int = blockIdx.x * blockDim.x + threadIdx.x",
+        "    if i >= n:",
+        "        return",
+        "    v: float = __half2float(in_[i])",
+        "    out[0] = cast_float(v) * s",
+        "    out.x = static_cast[float](v)",
+        "    while do_while(v > 1.0 and (not in_place)):",
+        "        v *= 0.5",
+        "    f: auto = cexpr('[&](int k) { return k + 1; }')",
+        "    cexpr('asm volatile(\"membar.gl;\")')",
+        "    out[i] = std.max(clamp01[float](v), 0.001 if 16 else -250.0)",
+    ]
+    assert scale.body[0].lineno == 7 and scale.lineno == 6
