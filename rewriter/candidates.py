@@ -104,12 +104,13 @@ def enumerate_candidates(
     structural = [c for c in usable if c not in SEARCH_LAST]
     search = [c for c in usable if c in SEARCH_LAST]
     seen_sources = {source}
+    over: list[Candidate] = []  # produced but past the budget: said in one Skip, not dropped silently
 
     def add(candidate: Candidate) -> None:
-        if candidate.source in seen_sources or len(out.candidates) >= max_candidates:
+        if candidate.source in seen_sources:
             return
         seen_sources.add(candidate.source)
-        out.candidates.append(candidate)
+        (out.candidates if len(out.candidates) < max_candidates else over).append(candidate)
 
     # Structural rewrites: each alone, then the greedy composition (every one that still
     # applies, in graph order) and, with exhaustive=True, every subset up to max_combo.
@@ -150,6 +151,11 @@ def enumerate_candidates(
                     reason = variant.reason  # why it does not apply to the target itself
         if not produced:
             out.skipped.append(Skip((code,), reason))
+    if over:
+        shown = ", ".join(c.label for c in over[:3]) + (", ..." if len(over) > 3 else "")
+        out.skipped.append(Skip(tuple(sorted({s for c in over for s in c.skeletons})),
+                                f"{len(over)} more candidate(s) not judged, over the budget of {max_candidates} "
+                                f"(--max-candidates): {shown}"))
     return out
 
 

@@ -61,6 +61,21 @@ def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
     assert (tmp_path / "report" / "report.md").exists()
 
 
+def test_candidates_over_the_budget_are_reported_not_dropped(tmp_path, capsys):
+    target = tmp_path / "kda.py"
+    shutil.copy(KDA, target)
+    args = ["apply", str(target), "--dry-run", "--unsafe", "--skeleton", "SK001", "--skeleton", "SK002",
+            "--report-dir", str(tmp_path / "r"), "--json"]
+    main(args)
+    everything = [c["label"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+    main(args + ["--max-candidates", "3"])
+    data = json.loads(capsys.readouterr().out)
+    assert [c["label"] for c in data["candidates"]] == everything[:3]
+    [over] = [s for s in data["skipped"] if "over the budget" in s["reason"]]
+    assert over["reason"].startswith(f"{len(everything) - 3} more candidate(s) not judged, over the budget of 3")
+    assert everything[3] in over["reason"] and set(over["skeletons"]) <= {"SK001", "SK002"}
+
+
 def test_unsafe_rewrites_need_the_flag(tmp_path, capsys):
     target = tmp_path / "kda.py"
     shutil.copy(KDA, target)
