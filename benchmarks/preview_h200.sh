@@ -5,7 +5,10 @@
 # benchmarks/results/history_fla.md), carried to the GPU machine as .skel/preview.sqlite:
 #   bash benchmarks/preview_h200.sh "$OUT"        # from the repo root, .whl and .skel carried
 # Each target gets the best-ranked SKEL_PREVIEW_N applicable candidates (default 10), alone,
-# at two shapes; the catalog with the verdicts comes back in the tarball.
+# at two shapes; the catalog with the verdicts comes back in the tarball ($SKEL_PREVIEW_TGZ,
+# default preview_h200.tgz). Other knobs: SKEL_BENCH_JOBS (kda gdn fla_kda fla_gdn state_merge dsa),
+# SKEL_PREVIEW_CODES="SKP..." (judge these instead of the best-ranked), SKEL_PREVIEW_FROM (start
+# from another catalog, e.g. an earlier run's /tmp/skel-preview-results/catalog.sqlite).
 DEST=${1:-/tmp/out}
 OUT=/tmp/skel-preview-results
 cp "${SKEL_PREVIEW_FROM:-.skel/preview.sqlite}" /tmp/preview-start.sqlite  # e.g. an earlier run's catalog
