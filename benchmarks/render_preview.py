@@ -7,7 +7,6 @@ standings of every candidate that was judged: rank after verdicts, trials, admit
 """
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from pathlib import Path
@@ -17,8 +16,7 @@ from skel.rewriter.preview import standings
 
 
 def _gate(c: dict) -> dict:
-    g = c.get("gate") or {}
-    return ast.literal_eval(g) if isinstance(g, str) else g
+    return c.get("gate") or {}
 
 
 def _pattern(cand) -> str:

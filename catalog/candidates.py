@@ -33,6 +33,15 @@ class CandidateSkeleton:
     def lifecycle(self) -> str:
         return "preview"
 
+    @property
+    def targets(self) -> list[str]:
+        """``cuda`` and/or ``triton``: what the files it was mined from are (CUDA edits are in the mirror's
+        Python syntax, ``skel.miner.history_cuda``); ``triton`` when there are no occurrences."""
+        from skel.miner.history_cuda import is_cuda_path
+
+        kinds = {"cuda" if is_cuda_path(o["path"].split(":")[0]) else "triton" for o in self.pattern["occurrences"]}
+        return sorted(kinds) or ["triton"]
+
     def to_json(self) -> dict:
         return {
             "code": self.code, "name": self.name, "title": self.title, "origin": "history", "lifecycle": "preview",

@@ -87,14 +87,6 @@ def _category(c: CandidateSkeleton) -> str:
     return "compute"
 
 
-def _targets(c: CandidateSkeleton) -> list[str]:
-    """``cuda`` where the occurrences are in CUDA/C++ files (their edits are CUDA, mirrored in Python syntax)."""
-    from skel.miner.history_cuda import is_cuda_path
-
-    kinds = {"cuda" if is_cuda_path(o["path"].split(":")[0]) else "triton" for o in c.pattern["occurrences"]}
-    return sorted(kinds) or ["triton"]
-
-
 def _method(c: CandidateSkeleton) -> str:
     parts = []
     for e in c.pattern["refined"]:
@@ -114,7 +106,7 @@ def _toml(c: CandidateSkeleton, code: str) -> str:
         f"code = {_s(code)}", f"name = {_s(c.name)}", f"title = {_s(c.title)}", f"category = {_s(_category(c))}",
         'lifecycle = "preview"', 'availability = "sometimes"',
         '# unsafe until the gate shows otherwise: history says the rewrite was made, not that it keeps the bits',
-        'safety = "unsafe"', f"targets = [{', '.join(_s(t) for t in _targets(c))}]", "families = []", "conflicts = []",
+        'safety = "unsafe"', f"targets = [{', '.join(_s(t) for t in c.targets)}]", "families = []", "conflicts = []",
         "enables = []", "",
     ]
     for cond in c.pattern["conditions"]:
@@ -171,7 +163,7 @@ def _example(c: CandidateSkeleton, code: str, side: str) -> str:
     doc = f'"""{code} {side}: {MARK.format(cand=c.code)}"""'
     args = ", ".join(f"h{n}" for n in holes)
     name = f"def {c.name.replace('-', '_')}_example({args}):"
-    if "cuda" in _targets(c):  # CUDA edits: the mirror's Python syntax (skel.miner.history_cuda), not a Triton kernel
+    if "cuda" in c.targets:  # CUDA edits: the mirror's Python syntax (skel.miner.history_cuda), not a Triton kernel
         doc = (f'"""{code} {side}: {MARK.format(cand=c.code)}\n\nCUDA, written in the Python syntax of '
                'skel.miner.history_cuda (p->x is p.x, *p is p[0], casts are cast_T(x)): replace it with the CUDA '
                'example when you finish the skeleton."""')

@@ -29,8 +29,8 @@ import re
 
 from skel.miner.cuda_frontend import _function_name, _parser, declared_name, text_of
 from skel.miner.cuda_macros import sanitize
+from skel.miner.walk import language_of
 
-EXTENSIONS = (".cu", ".cuh", ".cuhpp", ".h", ".hpp", ".hh", ".cc", ".cpp", ".cxx", ".inl")
 _BINOPS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.Div, "%": ast.Mod, "<<": ast.LShift,
            ">>": ast.RShift, "&": ast.BitAnd, "|": ast.BitOr, "^": ast.BitXor}
 _CMPOPS = {"==": ast.Eq, "!=": ast.NotEq, "<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE}
@@ -40,7 +40,8 @@ _ASSIGNABLE = (ast.Name, ast.Attribute, ast.Subscript)
 
 
 def is_cuda_path(path: str) -> bool:
-    return path.lower().endswith(EXTENSIONS)
+    """A CUDA/C++ source by its extension, as plain mining decides (``skel.miner.walk``)."""
+    return language_of(path) == "cuda"
 
 
 def cuda_module(text: str) -> ast.Module | None:

@@ -472,3 +472,9 @@ def launches(module: cst.Module, kernels: dict[str, cst.FunctionDef]) -> list[tu
 def skip(code: str, safety: str, source: str, reason: str) -> list[Rewrite]:
     """``base.skipped`` that keeps the skeleton's safety on the result."""
     return [Rewrite(code, SKIPPED, source, reason, safety=safety)]
+
+
+def no_kernel(code: str, safety: str, source: str, options: RewriteOptions) -> list[Rewrite]:
+    """The skip for a file where ``kernels`` found nothing (none at all, or none named ``options.kernel``)."""
+    named = f" named {options.kernel}" if options.kernel else ""
+    return skip(code, safety, source, f"not applicable: no @triton.jit function{named}")

@@ -33,11 +33,12 @@ import libcst as cst
 from skel.rewriter.base import APPLIED, FAILED, SKIPPED, Change, Rewrite
 
 _HOLE = "__skel_hole_"
+_HOLE_RE = re.compile(r"\$(\d+)")
 _ATOMIC = (ast.Name, ast.Constant, ast.Call, ast.Attribute, ast.Subscript, ast.List, ast.Tuple)
 
 
 def _parse_pattern(text: str) -> ast.expr:
-    return ast.parse(re.sub(r"\$(\d+)", _HOLE + r"\1", text), mode="eval").body
+    return ast.parse(_HOLE_RE.sub(_HOLE + r"\1", text), mode="eval").body
 
 
 def _match(pat: ast.AST, node: ast.AST, binds: dict[str, ast.AST]) -> bool:
@@ -82,10 +83,7 @@ def _fill(after: str, binds: dict[str, ast.AST], source: str, names: dict[str, s
         alone = after[:m.start()].rstrip()[-1:] in ("(", ",", "[") and after[m.end():].lstrip()[:1] in (")", ",", "]")
         return text if (isinstance(node, _ATOMIC) and not number) or alone else f"({text})"
 
-    return re.sub(r"\$(\d+)", sub, after)
-
-
-_HOLE_RE = re.compile(r"\$(\d+)")
+    return _HOLE_RE.sub(sub, after)
 
 
 def _holes(text: str) -> set[str]:
@@ -266,7 +264,7 @@ def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[di
         for _, after in pats:
             _parse_pattern(after)
         for text in inserts:
-            ast.parse(_HOLE_RE.sub(lambda m: _HOLE + m.group(1), text))
+            ast.parse(_HOLE_RE.sub(_HOLE + r"\1", text))
     except SyntaxError as exc:
         return Rewrite(code, FAILED, source, f"pattern does not parse: {exc.msg}", safety="unsafe")
     try:

@@ -163,7 +163,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.failed(CODE, source, src, SAFETY)
     ks = C.kernels(src.module, options)
     if not ks:
-        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function" + (f" named {options.kernel}" if options.kernel else ""))
+        return C.no_kernel(CODE, SAFETY, source, options)
     tl = C.triton_language_alias(src.module)
     edits: dict = {}
     changes: list[Change] = []

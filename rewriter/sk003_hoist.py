@@ -223,7 +223,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.failed(CODE, source, src, SAFETY)
     ks = C.kernels(src.module, options)
     if not ks:
-        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function")
+        return C.no_kernel(CODE, SAFETY, source, options)
     edits: dict = {}
     changes: list[Change] = []
     refused: list[str] = []

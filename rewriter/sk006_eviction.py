@@ -63,7 +63,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.failed(CODE, source, src, SAFETY)
     ks = {k.name.value: k for k in C.kernels(src.module, options)}
     if not ks:
-        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function")
+        return C.no_kernel(CODE, SAFETY, source, options)
     sites = C.launches(src.module, ks)
     edits: dict = {}
     changes: list[Change] = []

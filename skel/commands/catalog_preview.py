@@ -19,12 +19,10 @@ def ranked(args) -> list:
 
 def engine_problem(cand) -> str | None:
     """Why `skel apply --preview` can never apply this candidate, or None."""
-    from skel.miner.history_cuda import is_cuda_path
     from skel.rewriter.pattern import pattern_problem
 
     problem = pattern_problem(cand.pattern["refined"])
-    occurrences = cand.pattern["occurrences"]
-    if problem is None and occurrences and all(is_cuda_path(o["path"].split(":")[0]) for o in occurrences):
+    if problem is None and cand.targets == ["cuda"]:
         problem = "mined from CUDA files: `skel apply` rewrites Triton files only"
     return problem
 
