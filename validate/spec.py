@@ -147,6 +147,15 @@ def torch_dtype(name: str) -> "torch.dtype":
     return value
 
 
+def decode_sweeps(**fixed: int) -> dict[str, tuple[Shape, ...]]:
+    """The shape sets of a recurrent decode target over batch N in 1 ... 256: "decode" (T in 1, 2, 4, 8),
+    "t1", "t8" and "bench" (T in 1 and 8: issue 5's figures); ``fixed`` are the other dims (H, HV, K, V)."""
+    def grid(ts: tuple[int, ...]) -> tuple[Shape, ...]:
+        return tuple(Shape.of(N=n, T=t, **fixed) for t in ts for n in (1, 8, 32, 64, 128, 256))
+
+    return {"decode": grid((1, 2, 4, 8)), "t1": grid((1,)), "t8": grid((8,)), "bench": grid((1, 8))}
+
+
 def generator(shape: Shape, seed: int, device: Any) -> "torch.Generator":
     """A generator seeded from (shape, seed): each shape and seed gets its own inputs."""
     import zlib

@@ -6,7 +6,7 @@ import math
 import torch
 
 from skel.kernels.gdn_decode.reference import gdn_decode_reference
-from skel.validate.spec import Shape, TargetSpec, Tolerance, generator, itemsize, torch_dtype
+from skel.validate.spec import Shape, TargetSpec, Tolerance, decode_sweeps, generator, itemsize, torch_dtype
 
 
 def make_inputs(shape: Shape, dtype: str, seed: int, device) -> dict:
@@ -72,17 +72,7 @@ SPEC = TargetSpec(
             Shape.of(N=2, T=1, H=1, HV=2, K=32, V=24),
             Shape.of(N=1, T=3, H=2, HV=4, K=48, V=20),
         ),
-        "decode": tuple(
-            Shape.of(N=n, T=t, H=16, HV=32, K=128, V=128)
-            for t in (1, 2, 4, 8)
-            for n in (1, 8, 32, 64, 128, 256)
-        ),
-        "t1": tuple(Shape.of(N=n, T=1, H=16, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
-        "t8": tuple(Shape.of(N=n, T=8, H=16, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
-        # Issue 5's figures: single-token and 8-token decode across batch sizes.
-        "bench": tuple(
-            Shape.of(N=n, T=t, H=16, HV=32, K=128, V=128) for t in (1, 8) for n in (1, 8, 32, 64, 128, 256)
-        ),
+        **decode_sweeps(H=16, HV=32, K=128, V=128),
     },
     tolerances={
         "bfloat16": Tolerance(rel_rms=8e-3, max_abs=3e-2),

@@ -6,7 +6,7 @@ import math
 import torch
 
 from skel.kernels.kda_decode.reference import kda_decode_reference
-from skel.validate.spec import Shape, TargetSpec, Tolerance, generator, itemsize, torch_dtype
+from skel.validate.spec import Shape, TargetSpec, Tolerance, decode_sweeps, generator, itemsize, torch_dtype
 
 
 def make_inputs(shape: Shape, dtype: str, seed: int, device) -> dict:
@@ -63,10 +63,6 @@ def flops(shape: Shape, dtype: str) -> int:
     return N * T * HV * (7 * K * V + 12 * K)
 
 
-def _shapes(**fixed):
-    return lambda Ns, Ts: tuple(Shape.of(N=n, T=t, **fixed) for t in Ts for n in Ns)
-
-
 SPEC = TargetSpec(
     family="kda_decode",
     entry="kda_decode",
@@ -81,17 +77,7 @@ SPEC = TargetSpec(
             Shape.of(N=1, T=3, H=2, HV=4, K=48, V=40),
             Shape.of(N=3, T=2, H=1, HV=2, K=16, V=32),
         ),
-        "decode": tuple(
-            Shape.of(N=n, T=t, H=32, HV=32, K=128, V=128)
-            for t in (1, 2, 4, 8)
-            for n in (1, 8, 32, 64, 128, 256)
-        ),
-        "t1": tuple(Shape.of(N=n, T=1, H=32, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
-        "t8": tuple(Shape.of(N=n, T=8, H=32, HV=32, K=128, V=128) for n in (1, 8, 32, 64, 128, 256)),
-        # Issue 5's figures: single-token and 8-token decode across batch sizes.
-        "bench": tuple(
-            Shape.of(N=n, T=t, H=32, HV=32, K=128, V=128) for t in (1, 8) for n in (1, 8, 32, 64, 128, 256)
-        ),
+        **decode_sweeps(H=32, HV=32, K=128, V=128),
     },
     tolerances={
         # o in bf16: output rounding alone is ~2e-3 rel-RMS; FLA's own tests accept 5e-3.
