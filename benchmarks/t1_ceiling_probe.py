@@ -125,6 +125,62 @@ def kda_t1_pipe(q, k, v, g, beta, A_log, dt_bias, o, state, scale, NWORK,
 
 
 @triton.jit
+def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
+            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+            MODE: tl.constexpr, HINT: tl.constexpr):
+    """Call 4 ablations of the T = 1 step, one program per (sequence, head, V tile).
+    MODE 0: the full step; 1: no contractions (the decayed state is stored, o = v);
+    2: no gate or norm arithmetic (decay by g itself, raw q, k); 3: no q/k/v/g/beta loads (constants).
+    HINT: the state is loaded evict_first and stored streaming (.cs)."""
+    NV: tl.constexpr = V // BV
+    w = tl.program_id(0).to(tl.int64)
+    i_v = w % NV
+    i_nh = w // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_s = state + i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+    if HINT:
+        b_s = tl.load(p_s, eviction_policy="evict_first")
+    else:
+        b_s = tl.load(p_s)
+    if MODE == 3:
+        b_q = tl.full([K], 0.01, tl.float32)
+        b_k = tl.full([K], 0.02, tl.float32)
+        b_v = tl.full([BV], 0.5, tl.float32)
+        b_g = tl.full([K], -0.1, tl.float32)
+        b_beta = 0.5
+    else:
+        b_q = tl.load(q + (i_n * H + i_h) * K + o_k).to(tl.float32)
+        b_k = tl.load(k + (i_n * H + i_h) * K + o_k).to(tl.float32)
+        b_v = tl.load(v + (i_n * HV + i_hv) * V + o_v).to(tl.float32)
+        b_g = tl.load(g + (i_n * HV + i_hv) * K + o_k).to(tl.float32)
+        b_beta = tl.sigmoid(tl.load(beta + i_n * HV + i_hv).to(tl.float32))
+    if MODE == 2 or MODE == 3:
+        b_decay = tl.exp(b_g)
+    else:
+        b_A = tl.load(A_log + i_hv).to(tl.float32)
+        b_bias = tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
+        b_q = b_q * (tl.rsqrt(tl.sum(b_q * b_q) + 1e-6) * scale)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+        b_decay = tl.exp(-tl.exp(b_A) * _softplus(b_g + b_bias))
+    b_s = b_s * b_decay[:, None]
+    if MODE == 1:
+        b_o = b_v
+    else:
+        b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
+        b_s = b_s + b_k[:, None] * b_delta[None, :]
+        b_o = tl.sum(b_s * b_q[:, None], 0)
+    tl.store(o + (i_n * HV + i_hv) * V + o_v, b_o.to(o.dtype.element_ty))
+    if HINT:
+        tl.store(p_s, b_s, cache_modifier=".cs")
+    else:
+        tl.store(p_s, b_s)
+
+
+@triton.jit
 def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PERSIST: tl.constexpr):
     """Ceiling: read each state tile and write it back (+0.5), in place, no other work."""
     NV: tl.constexpr = V // BV
@@ -182,6 +238,19 @@ def pipe_call(P, W, C, stages):
     return call
 
 
+def abl_call(P, W, mode=0, hint=False, maxnreg=None):
+    def call(x):
+        N, T = x["q"].shape[:2]
+        assert T == 1, "the ablation kernel is T = 1 only"
+        o = x.setdefault("o", torch.empty_like(x["v"]))
+        kw = {"maxnreg": maxnreg} if maxnreg else {}
+        kda_abl[(N * HV * P,)](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
+                               K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint,
+                               num_warps=W, num_stages=1, **kw)
+        return o
+    return call
+
+
 def copy_call(P, W, C=0):
     def call(x):
         N = x["state"].shape[0]
@@ -225,9 +294,21 @@ PIPE = {"cpy_p2w2": copy_call(2, 2), "kda_p2w2": kda_call(2, 2), "kda_p4w2": kda
         "pipe_p2w2_c2_s2": pipe_call(2, 2, 2, 2), "pipe_p2w2_c4_s2": pipe_call(2, 2, 4, 2),
         "pipe_p4w2_c4_s2": pipe_call(4, 2, 4, 2), "pipe_p4w2_c8_s2": pipe_call(4, 2, 8, 2),
         "pipe_p4w4_c4_s2": pipe_call(4, 4, 4, 2), "pipe_p4w2_c4_s1": pipe_call(4, 2, 4, 1)}
+# Call 4 (--set abl): what costs the KDA step its last points at N = 32: each stage left out (_m1 no
+# contractions, _m2 no gate/norm arithmetic, _m3 no small loads), cache hints on the state (_h), and
+# register caps (_r{R}, maxnreg) that let more programs, so more state bytes, be in flight per SM.
+ABL = {"cpy_p2w4": copy_call(2, 4), "cpy_p4w4": copy_call(4, 4)}
+for _p, _w, _caps in ((2, 4, (96,)), (4, 2, (128, 96)), (4, 4, (72,)), (8, 2, (80,)), (8, 4, ())):
+    ABL[f"abl_p{_p}w{_w}"] = abl_call(_p, _w)
+    for _r in _caps:
+        ABL[f"abl_p{_p}w{_w}_r{_r}"] = abl_call(_p, _w, maxnreg=_r)
+for _p, _w in ((2, 4), (4, 2)):
+    for _m in (1, 2, 3):
+        ABL[f"abl_p{_p}w{_w}_m{_m}"] = abl_call(_p, _w, mode=_m)
+    ABL[f"abl_p{_p}w{_w}_h"] = abl_call(_p, _w, hint=True)
 SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
-        "pipe": (PIPE, [(32, 1), (64, 1)])}
-VARIANTS = {**CEIL, **FUSED, **PIPE}
+        "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL}
 
 
 def reference(x, T):
@@ -259,11 +340,11 @@ def rel(a, b):
 def check(device, variants=None) -> int:
     bad = 0
     for name, fn in (variants or VARIANTS).items():
-        if not name.startswith(("kda", "pipe")) or (device == "cpu" and "pdl" in name):
+        if not name.startswith(("kda", "pipe", "abl")) or "_m" in name or (device == "cpu" and "pdl" in name):
             continue
         if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2", "pipe_p4w2_c4_s2")[-int(os.environ.get("PROBE_ONLY_LAST", 4)):]:
             continue  # the interpreter is slow; one of each kind (the two-operand reduce is the slowest)
-        for N, T in ((2, 1), (1, 2)) if not name.startswith("pipe") else ((2, 1), (3, 1)):
+        for N, T in ((2, 1), (1, 2)) if not name.startswith(("pipe", "abl")) else ((2, 1), (3, 1)):
             x = inputs(N, T, device, 7)
             ref_o, ref_s = reference(x, T)
             o = fn(x)
@@ -359,7 +440,15 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="ceil (call 1), fuse (call 2), pipe (call 3)")
     ap.add_argument("--cpu-check", action="store_true")
+    ap.add_argument("--once", default="", help="run this variant 5 times eagerly at N = --n, T = 1 (for ncu)")
+    ap.add_argument("--n", type=int, default=32)
     a = ap.parse_args()
+    if a.once:
+        x = inputs(a.n, 1, "cuda", 3)
+        for _ in range(5):
+            VARIANTS[a.once](x)
+        torch.cuda.synchronize()
+        return 0
     if a.cpu_check:
         return 1 if check("cpu") else 0
     return gpu(a.out, a.reps, a.set)
