@@ -127,11 +127,18 @@ def kda_t1_pipe(q, k, v, g, beta, A_log, dt_bias, o, state, scale, NWORK,
 @triton.jit
 def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-            MODE: tl.constexpr, HINT: tl.constexpr):
+            MODE: tl.constexpr, HINT: tl.constexpr, ORDER: tl.constexpr = 0, FUSE: tl.constexpr = 0,
+            PDL: tl.constexpr = 0, L2D: tl.constexpr = 0):
     """Call 4 ablations of the T = 1 step, one program per (sequence, head, V tile).
     MODE 0: the full step; 1: no contractions (the decayed state is stored, o = v);
-    2: no gate or norm arithmetic (decay by g itself, raw q, k); 3: no q/k/v/g/beta loads (constants).
-    HINT: the state is loaded evict_first and stored streaming (.cs)."""
+    2: no gate or norm arithmetic (decay by g itself, raw q, k); 3: no q/k/v/g/beta loads (constants);
+    4: every program loads sequence 0's q/k/v/g/beta (cache hits: the loads and layout work, not their DRAM trips).
+    HINT: the state is loaded evict_first and stored streaming (.cs).
+    ORDER 1: a barrier after the state load, so the compiler cannot issue it after the small loads
+    (it hoists them, and the norms that wait on them, above the state load to shorten live ranges)."""
+    if PDL:  # let the next launch start its programs now; wait for the previous launch's writes
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     NV: tl.constexpr = V // BV
     w = tl.program_id(0).to(tl.int64)
     i_v = w % NV
@@ -146,12 +153,27 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
         b_s = tl.load(p_s, eviction_policy="evict_first")
     else:
         b_s = tl.load(p_s)
+    if ORDER == 1:
+        tl.debug_barrier()
     if MODE == 3:
         b_q = tl.full([K], 0.01, tl.float32)
         b_k = tl.full([K], 0.02, tl.float32)
         b_v = tl.full([BV], 0.5, tl.float32)
         b_g = tl.full([K], -0.1, tl.float32)
         b_beta = 0.5
+    elif MODE == 4:
+        b_q = tl.load(q + o_k).to(tl.float32)
+        b_k = tl.load(k + o_k).to(tl.float32)
+        b_v = tl.load(v + o_v).to(tl.float32)
+        b_g = tl.load(g + o_k).to(tl.float32)
+        b_beta = tl.sigmoid(tl.load(beta).to(tl.float32))
+    elif L2D:  # K-vectors loaded straight into the state's layout: [K, BV] broadcast loads, reduced to [K]
+        z = tl.zeros([K, BV], tl.int32)
+        b_q = tl.max(tl.load(q + (i_n * H + i_h) * K + o_k[:, None] + z).to(tl.float32), 1)
+        b_k = tl.max(tl.load(k + (i_n * H + i_h) * K + o_k[:, None] + z).to(tl.float32), 1)
+        b_v = tl.load(v + (i_n * HV + i_hv) * V + o_v).to(tl.float32)
+        b_g = tl.max(tl.load(g + (i_n * HV + i_hv) * K + o_k[:, None] + z).to(tl.float32), 1)
+        b_beta = tl.sigmoid(tl.load(beta + i_n * HV + i_hv).to(tl.float32))
     else:
         b_q = tl.load(q + (i_n * H + i_h) * K + o_k).to(tl.float32)
         b_k = tl.load(k + (i_n * H + i_h) * K + o_k).to(tl.float32)
@@ -169,6 +191,11 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
     b_s = b_s * b_decay[:, None]
     if MODE == 1:
         b_o = b_v
+    elif FUSE:  # both contractions read the decayed state: o = q.S + (q.k) delta
+        b_w = tl.sum(b_s * b_q[:, None], 0)
+        b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
+        b_s = b_s + b_k[:, None] * b_delta[None, :]
+        b_o = b_w + tl.sum(b_q * b_k) * b_delta
     else:
         b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
         b_s = b_s + b_k[:, None] * b_delta[None, :]
@@ -181,8 +208,49 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
 
 
 @triton.jit
-def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PERSIST: tl.constexpr):
+def kda_chunk(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
+              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+              BC: tl.constexpr, STAGES: tl.constexpr):
+    """T = 1, one program per (sequence, head, V tile) that walks its tile in BC-column chunks through a
+    loop Triton software-pipelines (STAGES chunk loads in flight through shared memory, not registers):
+    the V columns of the delta rule are independent, so each chunk is decayed, contracted, updated and
+    stored on its own, and the state bytes in flight per SM are bounded by shared memory, not registers."""
+    w = tl.program_id(0).to(tl.int64)
+    NV: tl.constexpr = V // BV
+    i_v = w % NV
+    i_nh = w // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    o_c = tl.arange(0, BC)
+    b_q = tl.load(q + (i_n * H + i_h) * K + o_k).to(tl.float32)
+    b_k = tl.load(k + (i_n * H + i_h) * K + o_k).to(tl.float32)
+    b_g = tl.load(g + (i_n * HV + i_hv) * K + o_k).to(tl.float32)
+    b_beta = tl.sigmoid(tl.load(beta + i_n * HV + i_hv).to(tl.float32))
+    b_A = tl.load(A_log + i_hv).to(tl.float32)
+    b_bias = tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
+    b_q = b_q * (tl.rsqrt(tl.sum(b_q * b_q) + 1e-6) * scale)
+    b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+    b_decay = tl.exp(-tl.exp(b_A) * _softplus(b_g + b_bias))
+    base = state + i_nh * K * V + i_v * BV
+    for c in tl.range(0, BV // BC, num_stages=STAGES):
+        p_s = base + o_k[:, None] * V + c * BC + o_c[None, :]
+        b_s = tl.load(p_s) * b_decay[:, None]
+        o_v = i_v * BV + c * BC + o_c
+        b_delta = (tl.load(v + (i_n * HV + i_hv) * V + o_v).to(tl.float32) - tl.sum(b_s * b_k[:, None], 0)) * b_beta
+        b_s = b_s + b_k[:, None] * b_delta[None, :]
+        tl.store(o + (i_n * HV + i_hv) * V + o_v, tl.sum(b_s * b_q[:, None], 0).to(o.dtype.element_ty))
+        tl.store(p_s, b_s)
+
+
+@triton.jit
+def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PERSIST: tl.constexpr,
+               PDL: tl.constexpr = 0, L2D: tl.constexpr = 0):
     """Ceiling: read each state tile and write it back (+0.5), in place, no other work."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     NV: tl.constexpr = V // BV
     o_k = tl.arange(0, K)
     start = tl.program_id(0).to(tl.int64)
@@ -238,25 +306,40 @@ def pipe_call(P, W, C, stages):
     return call
 
 
-def abl_call(P, W, mode=0, hint=False, maxnreg=None):
+def abl_call(P, W, mode=0, hint=False, maxnreg=None, order=0, fuse=0, pdl=0):
     def call(x):
         N, T = x["q"].shape[:2]
         assert T == 1, "the ablation kernel is T = 1 only"
         o = x.setdefault("o", torch.empty_like(x["v"]))
         kw = {"maxnreg": maxnreg} if maxnreg else {}
+        if pdl:
+            kw["launch_pdl"] = True
         kda_abl[(N * HV * P,)](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
-                               K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint,
+                               K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint, ORDER=order, FUSE=fuse, PDL=pdl,
                                num_warps=W, num_stages=1, **kw)
         return o
     return call
 
 
-def copy_call(P, W, C=0):
+def chunk_call(P, W, BC, stages):
+    def call(x):
+        N, T = x["q"].shape[:2]
+        assert T == 1, "the chunked probe kernel is T = 1 only"
+        o = x.setdefault("o", torch.empty_like(x["v"]))
+        kda_chunk[(N * HV * P,)](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
+                                 K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, BC=BC, STAGES=stages, num_warps=W)
+        return o
+    return call
+
+
+def copy_call(P, W, C=0, pdl=0):
     def call(x):
         N = x["state"].shape[0]
         nwork = N * HV * P
         grid = (min(nwork, C * sms()),) if C else (nwork,)
-        state_copy[grid](x["state"], nwork, K=K, V=V, BV=V // P, PERSIST=bool(C), num_warps=W, num_stages=1)
+        kw = {"launch_pdl": True} if pdl else {}
+        state_copy[grid](x["state"], nwork, K=K, V=V, BV=V // P, PERSIST=bool(C), PDL=pdl, num_warps=W, num_stages=1,
+                         **kw)
     return call
 
 
@@ -306,9 +389,38 @@ for _p, _w in ((2, 4), (4, 2)):
     for _m in (1, 2, 3):
         ABL[f"abl_p{_p}w{_w}_m{_m}"] = abl_call(_p, _w, mode=_m)
     ABL[f"abl_p{_p}w{_w}_h"] = abl_call(_p, _w, hint=True)
+# Call 5 (--set order): a barrier right after the state load (_o1) keeps it ahead of the small loads.
+ORDER = {"cpy_p2w4": copy_call(2, 4)}
+for _p, _w in ((2, 4), (4, 2), (4, 4), (8, 4)):
+    ORDER[f"abl_p{_p}w{_w}"] = abl_call(_p, _w)
+    ORDER[f"abl_p{_p}w{_w}_o1"] = abl_call(_p, _w, order=1)
+    ORDER[f"abl_p{_p}w{_w}_o1f1"] = abl_call(_p, _w, order=1, fuse=1)
+# Call 6 (--set pdl): programmatic dependent launch with the trigger at the top (_pdl): the next launch's
+# programs are scheduled while this one drains, then wait (griddepcontrol.wait) for its writes.
+PDLSET = {"cpy_p2w4": copy_call(2, 4), "cpy_p2w4_pdl": copy_call(2, 4, pdl=1), "torch_inplace": torch_inplace}
+for _p, _w in ((2, 4), (4, 2), (4, 4)):
+    PDLSET[f"abl_p{_p}w{_w}"] = abl_call(_p, _w)
+    PDLSET[f"abl_p{_p}w{_w}_pdl"] = abl_call(_p, _w, pdl=1)
+# Call 7 (--set warp): single-warp programs (no barriers across warps), and _m4 (every program reads
+# the same q/k/v/g/beta: cache hits) against _m3 (no such loads) to split the small loads' cost.
+WARP = {"cpy_p2w4": copy_call(2, 4)}
+for _p, _w in ((2, 4), (4, 2)):
+    for _m in (0, 3, 4):
+        WARP[f"abl_p{_p}w{_w}" + ("", "", "", "_m3", "_m4")[_m]] = abl_call(_p, _w, mode=_m)
+for _p, _w in ((8, 1), (16, 1), (8, 2), (16, 2)):
+    WARP[f"abl_p{_p}w{_w}"] = abl_call(_p, _w)
+# Call 8 (--set chunk): each program walks its V tile in column chunks, the chunk loads pipelined through
+# shared memory (kda_chunk): state bytes in flight bounded by shared memory instead of registers.
+CHUNK = {"cpy_p2w4": copy_call(2, 4), "abl_p2w4": abl_call(2, 4)}
+for _p, _w, _bc, _st in ((1, 4, 32, 4), (1, 4, 32, 2), (2, 4, 16, 4), (2, 4, 32, 2), (2, 2, 16, 4), (4, 2, 16, 2),
+                         (1, 8, 32, 4), (2, 4, 16, 2)):
+    CHUNK[f"chk_p{_p}w{_w}_c{_bc}_s{_st}"] = chunk_call(_p, _w, _bc, _st)
 SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
-        "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)])}
-VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL}
+        "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)]),
+        "order": (ORDER, [(32, 1), (64, 1), (256, 1)]),
+        "pdl": (PDLSET, [(32, 1), (64, 1), (256, 1)]), "warp": (WARP, [(32, 1), (64, 1), (256, 1)]),
+        "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK}
 
 
 def reference(x, T):
@@ -340,11 +452,11 @@ def rel(a, b):
 def check(device, variants=None) -> int:
     bad = 0
     for name, fn in (variants or VARIANTS).items():
-        if not name.startswith(("kda", "pipe", "abl")) or "_m" in name or (device == "cpu" and "pdl" in name):
+        if not name.startswith(("kda", "pipe", "abl", "chk")) or "_m" in name or (device == "cpu" and "pdl" in name):
             continue
         if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2", "pipe_p4w2_c4_s2")[-int(os.environ.get("PROBE_ONLY_LAST", 4)):]:
             continue  # the interpreter is slow; one of each kind (the two-operand reduce is the slowest)
-        for N, T in ((2, 1), (1, 2)) if not name.startswith(("pipe", "abl")) else ((2, 1), (3, 1)):
+        for N, T in ((2, 1), (1, 2)) if not name.startswith(("pipe", "abl", "chk")) else ((2, 1), (3, 1)):
             x = inputs(N, T, device, 7)
             ref_o, ref_s = reference(x, T)
             o = fn(x)
