@@ -128,7 +128,7 @@ def kda_t1_pipe(q, k, v, g, beta, A_log, dt_bias, o, state, scale, NWORK,
 def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
             MODE: tl.constexpr, HINT: tl.constexpr, ORDER: tl.constexpr = 0, FUSE: tl.constexpr = 0,
-            PDL: tl.constexpr = 0, L2D: tl.constexpr = 0):
+            PDL: tl.constexpr = 0, L2D: tl.constexpr = 0, PREF: tl.constexpr = 0):
     """Call 4 ablations of the T = 1 step, one program per (sequence, head, V tile).
     MODE 0: the full step; 1: no contractions (the decayed state is stored, o = v);
     2: no gate or norm arithmetic (decay by g itself, raw q, k); 3: no q/k/v/g/beta loads (constants);
@@ -155,6 +155,13 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
         b_s = tl.load(p_s)
     if ORDER == 1:
         tl.debug_barrier()
+    if PREF > 0:  # ask L2 for the tile of the program PREF places ahead (no registers held for it)
+        w2 = tl.minimum(w + PREF, tl.num_programs(0) - 1)
+        LPR: tl.constexpr = BV // 32  # 128-byte lines per tile row
+        o_l = tl.arange(0, K * LPR)
+        p_l = state + (w2 // NV) * K * V + (o_l // LPR) * V + (w2 % NV) * BV + (o_l % LPR) * 32
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [p_l], dtype=tl.int32,
+                                  is_pure=False, pack=1)
     if MODE == 3:
         b_q = tl.full([K], 0.01, tl.float32)
         b_k = tl.full([K], 0.02, tl.float32)
@@ -246,7 +253,7 @@ def kda_chunk(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
 
 @triton.jit
 def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, PERSIST: tl.constexpr,
-               PDL: tl.constexpr = 0, L2D: tl.constexpr = 0):
+               PDL: tl.constexpr = 0, L2D: tl.constexpr = 0, PREF: tl.constexpr = 0):
     """Ceiling: read each state tile and write it back (+0.5), in place, no other work."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -306,7 +313,7 @@ def pipe_call(P, W, C, stages):
     return call
 
 
-def abl_call(P, W, mode=0, hint=False, maxnreg=None, order=0, fuse=0, pdl=0):
+def abl_call(P, W, mode=0, hint=False, maxnreg=None, order=0, fuse=0, pdl=0, pref=0):
     def call(x):
         N, T = x["q"].shape[:2]
         assert T == 1, "the ablation kernel is T = 1 only"
@@ -315,7 +322,7 @@ def abl_call(P, W, mode=0, hint=False, maxnreg=None, order=0, fuse=0, pdl=0):
         if pdl:
             kw["launch_pdl"] = True
         kda_abl[(N * HV * P,)](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
-                               K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint, ORDER=order, FUSE=fuse, PDL=pdl,
+                               K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint, ORDER=order, FUSE=fuse, PDL=pdl, PREF=pref,
                                num_warps=W, num_stages=1, **kw)
         return o
     return call
@@ -415,12 +422,18 @@ CHUNK = {"cpy_p2w4": copy_call(2, 4), "abl_p2w4": abl_call(2, 4)}
 for _p, _w, _bc, _st in ((1, 4, 32, 4), (1, 4, 32, 2), (2, 4, 16, 4), (2, 4, 32, 2), (2, 2, 16, 4), (4, 2, 16, 2),
                          (1, 8, 32, 4), (2, 4, 16, 2)):
     CHUNK[f"chk_p{_p}w{_w}_c{_bc}_s{_st}"] = chunk_call(_p, _w, _bc, _st)
+# Call 9 (--set pref): each program also asks L2 (prefetch.global.L2) for the state tile of the program
+# _d{D} places ahead, so more state bytes are in flight than registers hold.
+PREFSET = {"cpy_p2w4": copy_call(2, 4), "abl_p2w4": abl_call(2, 4), "abl_p4w2": abl_call(4, 2)}
+for _p, _w, _ds in ((2, 4, (264, 528, 1056)), (4, 2, (396, 792, 1584))):
+    for _d in _ds:
+        PREFSET[f"abl_p{_p}w{_w}_d{_d}"] = abl_call(_p, _w, pref=_d)
 SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
         "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)]),
         "order": (ORDER, [(32, 1), (64, 1), (256, 1)]),
         "pdl": (PDLSET, [(32, 1), (64, 1), (256, 1)]), "warp": (WARP, [(32, 1), (64, 1), (256, 1)]),
-        "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)])}
-VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK}
+        "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)]), "pref": (PREFSET, [(32, 1), (64, 1), (256, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET}
 
 
 def reference(x, T):
