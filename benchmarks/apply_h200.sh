@@ -12,8 +12,8 @@ export SKEL_CATALOG="$OUT/catalog.sqlite"  # verdicts come back with the results
 shapes() {  # H: key heads
   local s=""; for t in 1 8; do for n in 32 64 256; do s="$s,N$n-T$t-H$1-HV32-K128-V128"; done; done; echo "${s#,}"
 }
-KDA_SHAPES=${SKEL_BENCH_SHAPES:-$(shapes 32)}
-GDN_SHAPES=${SKEL_BENCH_SHAPES:-$(shapes 16)}
+KDA_SHAPES=${SKEL_BENCH_KDA_SHAPES:-${SKEL_BENCH_SHAPES:-$(shapes 32)}}  # per family, or both at once
+GDN_SHAPES=${SKEL_BENCH_GDN_SHAPES:-${SKEL_BENCH_SHAPES:-$(shapes 16)}}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 mkdir -p /tmp/work
@@ -37,6 +37,7 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     kda_upstream_stages) run kda_upstream_stages "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --skeleton SK002 ;;
     kda_upstream) run kda_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py $STRUCT ;;
     kda_suite) run kda_suite "$KDA_SHAPES" /tmp/work/kda_decode.py $STRUCT ;;
+    kda_suite_stages) run kda_suite_stages "$KDA_SHAPES" /tmp/work/kda_decode.py --skeleton SK001 --skeleton SK002 ;;
     gdn_suite) run gdn_suite "$GDN_SHAPES" /tmp/work/gdn_decode.py $STRUCT --skeleton SK005 --max-candidates 20 ;;
     state_merge) run state_merge decode /tmp/work/state_merge.py --skeleton SK007 ;;
     gdn_upstream) run gdn_upstream "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py $STRUCT ;;

@@ -72,6 +72,10 @@ DEFAULT_PLANS = (
     # First: compositions (SK001+SK002 without --exhaustive) take the first plan. On fla-core's KDA
     # file (its loop is tl.range(..., num_stages=2)) this one won: 2.33x at T = 8, N = 64 with SK001.
     Plan(2, 1, 2, True, 1),
+    # T = 1's best per-head tile in the probe (t1_ceiling_probe.md, calls 1 and 4-7): P=2 with 4 warps
+    # (64 state elements per thread, 4 programs per SM) ran 84-86 % of the copy roofline at N = 32 and
+    # 89-92 % at N = 64, where P=2 with 2 warps ran 80 % and 87 %.
+    Plan(2, 1, 4, True, 1),
     Plan(2, 1, 2, True),
     Plan(1, 2, 4, True),
     Plan(4, 1, 2, True),
