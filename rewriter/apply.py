@@ -142,7 +142,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     progress(f"applicable skeletons: {', '.join(codes) or 'none'}")
     device = options.device or _default_device()
     shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
-    rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=12)
+    rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
                                 max_candidates=options.max_candidates, exhaustive=options.exhaustive)
     if options.preview:  # hook: preview candidates join the library's; the logic lives in skel.rewriter.preview

@@ -72,10 +72,9 @@ DEFAULT_PLANS = (
     # First: compositions (SK001+SK002 without --exhaustive) take the first plan. On fla-core's KDA
     # file (its loop is tl.range(..., num_stages=2)) this one won: 2.33x at T = 8, N = 64 with SK001.
     Plan(2, 1, 2, True, 1),
-    # T = 1's best per-head tile in the probe (t1_ceiling_probe.md, calls 1 and 4-7): P=2 with 4 warps
-    # (64 state elements per thread, 4 programs per SM) ran 84-86 % of the copy roofline at N = 32 and
-    # 89-92 % at N = 64, where P=2 with 2 warps ran 80 % and 87 %.
-    Plan(2, 1, 4, True, 1),
+    # Not P=2 with 4 warps: the T = 1 probe's best per-head tile (t1_ceiling_probe.md) was 1-3 % slower
+    # than this plan at T = 1 and 1.3-1.5x slower at T = 8 once SK002 emitted it for fla-core's KDA, the
+    # suite's KDA and GDN (benchmarks/results/apply_h200/README.md, session 3).
     Plan(2, 1, 2, True),
     Plan(1, 2, 4, True),
     Plan(4, 1, 2, True),
