@@ -11,7 +11,10 @@ over rotated input sets, median over replays, variants interleaved):
   as one program per tile (what SK002 emits today) and as a persistent grid of C * SMs programs
   looping over the tiles, optionally launched with programmatic dependent launch (PDL).
 
-    python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU (call 1; --set fuse: call 2)
+    python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU, one set per call:
+        ceil (call 1), fuse (2), pipe (3), abl (4: stages left out, cache hints, register caps),
+        order (5), pdl (6), warp (7), chunk (8), pref (9); results in benchmarks/results/t1_ceiling_probe.md
+    python benchmarks/t1_ceiling_probe.py --once abl_p2w4 --n 32   # five eager launches, for ncu (t1_ncu.sh)
     TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
 """
 from __future__ import annotations
@@ -467,7 +470,8 @@ def check(device, variants=None) -> int:
     for name, fn in (variants or VARIANTS).items():
         if not name.startswith(("kda", "pipe", "abl", "chk")) or "_m" in name or (device == "cpu" and "pdl" in name):
             continue
-        if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2", "pipe_p4w2_c4_s2")[-int(os.environ.get("PROBE_ONLY_LAST", 4)):]:
+        if device == "cpu" and name not in ("kda_p2w2", "kda_p2w2_f1", "kda_p4w2_f2", "pipe_p4w2_c4_s2", "abl_p4w2_o1f1",
+                                           "chk_p2w4_c16_s4")[-int(os.environ.get("PROBE_ONLY_LAST", 6)):]:
             continue  # the interpreter is slow; one of each kind (the two-operand reduce is the slowest)
         for N, T in ((2, 1), (1, 2)) if not name.startswith(("pipe", "abl", "chk")) else ((2, 1), (3, 1)):
             x = inputs(N, T, device, 7)
@@ -563,7 +567,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="")
     ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="ceil (call 1), fuse (call 2), pipe (call 3)")
+    ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="the variant set: one per probe call (see the module docstring)")
     ap.add_argument("--cpu-check", action="store_true")
     ap.add_argument("--once", default="", help="run this variant 5 times eagerly at N = --n, T = 1 (for ncu)")
     ap.add_argument("--n", type=int, default=32)
