@@ -15,6 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK001"
@@ -36,7 +37,7 @@ def _is_one(node: cst.BaseExpression) -> bool:
 
 def _norm_division(small: cst.BaseSmallStatement) -> tuple[str, cst.BinaryOperation] | None:
     """``X = E / sqrt(R)`` as a whole statement: (X, the division)."""
-    name = C.single_target(small)
+    name = F.single_target(small)
     if name and isinstance(small, cst.Assign):
         v = small.value
         if isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Divide) and _norm_sqrt(v.right):
@@ -46,7 +47,7 @@ def _norm_division(small: cst.BaseSmallStatement) -> tuple[str, cst.BinaryOperat
 
 def _scale_of(small: cst.BaseSmallStatement, x: str, consts: set[str]) -> cst.BaseExpression | None:
     """S when ``small`` is ``x = x * S``, ``x = S * x`` or ``x *= S`` with S constant."""
-    if C.single_target(small) != x:
+    if F.single_target(small) != x:
         return None
     if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign):
         s = small.value
@@ -98,7 +99,7 @@ class _Plan:
 
     def _fold_after(self, body, i, found, if_stmt: cst.If | None) -> None:
         x, division = found
-        if C.value_dtype(division.right.args[0].value, self.defs) == "16bit":
+        if F.value_dtype(division.right.args[0].value, self.defs) == "16bit":
             return  # the division itself is kept (see rewrite), so nothing is folded into it
         for later in body[i + 1:]:
             small = _one_small(later)
@@ -170,14 +171,14 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     kept16: list[str] = []
     n = 0
     for kernel in ks:
-        defs = C.assignments(kernel)
+        defs = F.assignments(kernel)
         consts = {p.name.value for p in C.params(kernel)} - set(defs)
         plan = _Plan(src, tl, consts, defs)
         plan.block(list(kernel.body.body))
         changes.extend(plan.changes)
         for node in _divisions(kernel):
             sqrt_call = node.right if isinstance(node, cst.BinaryOperation) else node.value
-            if C.value_dtype(sqrt_call.args[0].value, defs) == "16bit":
+            if F.value_dtype(sqrt_call.args[0].value, defs) == "16bit":
                 kept16.append(f"line {src.line(node)}")
                 continue
             edits[node] = _division_edit(node, sqrt_call, plan.fold.get(node), tl)

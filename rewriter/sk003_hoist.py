@@ -18,6 +18,7 @@ import re
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK003"
@@ -76,7 +77,7 @@ def _memory_roots(kernel, defs, kind) -> set[str]:
     return out
 
 
-def _constexpr_chain(chain: C.Chain, constexprs: set[str]) -> bool:
+def _constexpr_chain(chain: F.Chain, constexprs: set[str]) -> bool:
     return all(C.names_in(C.expr(t)) <= constexprs for t, _ in chain)
 
 
@@ -85,12 +86,12 @@ class _LoopPlan:
 
     def __init__(self, loop: cst.For, kernel, src: C.Source, taken: set[str]) -> None:
         self.loop, self.src, self.taken = loop, src, taken
-        self.defs = C.assignments(kernel)
+        self.defs = F.assignments(kernel)
         self.constexprs = C.constexpr_params(kernel)
         self.stored = _memory_roots(kernel, self.defs, {"store", "atomic_add", "atomic_xchg", "atomic_cas"})
         self.variant = C.assigned_names(loop)
         self.hoisted: set[str] = set()
-        self.moves: list[tuple[int, C.Chain, cst.BaseSmallStatement]] = []  # (line, chain, statement)
+        self.moves: list[tuple[int, F.Chain, cst.BaseSmallStatement]] = []  # (line, chain, statement)
         self.remove: set[cst.CSTNode] = set()
         self.replace: dict[cst.CSTNode, str] = {}  # sub-expression -> new name
         self.changes: list[Change] = []
@@ -109,10 +110,10 @@ class _LoopPlan:
         return True
 
     def statements(self) -> None:
-        items = list(C.walk(self.loop.body.body))
+        items = list(F.walk(self.loop.body.body))
         counts: dict[str, int] = {}
         for small, *_ in items:
-            n = C.single_target(small)
+            n = F.single_target(small)
             if n:
                 counts[n] = counts.get(n, 0) + 1
         progress = True
@@ -120,7 +121,7 @@ class _LoopPlan:
             progress = False
             read_before: set[str] = set(C.names_in(self.loop.target))
             for small, line, chain, loops in items:
-                x = C.single_target(small)
+                x = F.single_target(small)
                 if (x and not loops and line not in self.remove and isinstance(small, cst.Assign)
                         and len(line.body) == 1 and counts.get(x) == 1 and x not in read_before
                         and C.calls_in(small.value) and self.invariant(small.value)
@@ -128,7 +129,7 @@ class _LoopPlan:
                         and self.loads_ok(small.value)):
                     if not _constexpr_chain(chain, self.constexprs):
                         self.refused.append(f"line {self.src.line(small)}: {x} is invariant but under a runtime "
-                                            f"condition ({C.chain_text(chain)})")
+                                            f"condition ({F.chain_text(chain)})")
                         read_before |= C.names_in(small)
                         continue
                     self.hoisted.add(x)
@@ -141,7 +142,7 @@ class _LoopPlan:
 
     def values(self) -> None:
         """Pure sub-expressions of the remaining statements that read only hoisted/invariant values."""
-        for small, line, chain, loops in C.walk(self.loop.body.body):
+        for small, line, chain, loops in F.walk(self.loop.body.body):
             if line in self.remove or loops or not _constexpr_chain(chain, self.constexprs):
                 continue
             value = getattr(small, "value", None)
@@ -185,7 +186,7 @@ class _LoopPlan:
         return name
 
 
-def _nest(moves: list[tuple[int, C.Chain, cst.BaseSmallStatement]], depth: int = 0) -> list[cst.BaseStatement]:
+def _nest(moves: list[tuple[int, F.Chain, cst.BaseSmallStatement]], depth: int = 0) -> list[cst.BaseStatement]:
     """Statements under their conditions, consecutive ones sharing a condition prefix grouped
     into one ``if`` (and a True group followed by its False group into ``if/else``)."""
     out: list[cst.BaseStatement] = []

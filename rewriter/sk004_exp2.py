@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK004"
@@ -29,7 +30,7 @@ def _helper_exps(module: cst.Module, tl: str) -> tuple[set[str], set[cst.Functio
     file whose body is ``return tl.exp(<param>[.to(...)])``."""
     names: set[str] = set()
     defs: set[cst.FunctionDef] = set()
-    for small, *_ in C.walk(module.body):
+    for small, *_ in F.walk(module.body):
         if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
             for alias in small.names:
                 if C.code_of(alias.name) == "exp":
@@ -95,13 +96,13 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     edits: dict = {}
     changes: list[Change] = []
     for kernel in ks:
-        defs = C.assignments(kernel)
+        defs = F.assignments(kernel)
         consts = {p.name.value for p in C.params(kernel)} - set(defs)
         for call in C.calls_in(kernel):
             is_helper = C.call_name(call) in helpers
             if not (is_helper or _is_tl_exp(call, tl)) or len(call.args) != 1 or call.args[0].keyword:
                 continue
-            edits[call] = _edit(call, tl, consts, is_helper and C.value_dtype(call.args[0].value, defs) != "fp32")
+            edits[call] = _edit(call, tl, consts, is_helper and F.value_dtype(call.args[0].value, defs) != "fp32")
             _, how = _scaled(call.args[0].value, consts)
             changes.append(Change(src.line(call), f"{C.code_of(call)} -> {tl}.math.exp2(...), {how}"))
     if not edits:

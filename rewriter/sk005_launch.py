@@ -29,6 +29,7 @@ import re
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK005"
@@ -81,8 +82,8 @@ class Launch:
         self.call, self.kernel, self.host = call, kernel, host
         self.assigns: dict[str, cst.Assign] = {}
         env = dict(shape)
-        for small, *_ in C.walk(host.body.body):
-            name = C.single_target(small)
+        for small, *_ in F.walk(host.body.body):
+            name = F.single_target(small)
             if name and isinstance(small, cst.Assign):
                 self.assigns[name] = small  # the last one wins, as at the launch
                 value = _eval(small.value, env)

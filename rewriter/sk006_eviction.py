@@ -17,6 +17,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 from skel.rewriter.sk005_launch import Launch
 
@@ -27,8 +28,8 @@ SAFETY = "safe"
 def _tile_offsets(kernel: cst.FunctionDef, tiles: set[str]) -> set[str]:
     """Names holding a sibling tile's index or offsets: ``o_v = i_v * BV + tl.arange(0, BV)`` -> {o_v, i_v}."""
     out: set[str] = set()
-    for small, *_ in C.walk(kernel.body.body):
-        name = C.single_target(small)
+    for small, *_ in F.walk(kernel.body.body):
+        name = F.single_target(small)
         if not name or not isinstance(small, cst.Assign):
             continue
         for call in C.calls_in(small.value):
@@ -79,9 +80,9 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             reasons.append(f"{name}: its grid is not built from a tile size, so no program re-reads another's data")
             continue
         offsets = _tile_offsets(kernel, tiles)
-        deps = C.dependencies(kernel)
+        deps = F.dependencies(kernel)
         tile_text = "/".join(sorted(tiles))
-        for small, _line, chain, loops in C.walk(kernel.body.body):
+        for small, _line, chain, loops in F.walk(kernel.body.body):
             if not loops:
                 continue
             for call in C.calls_in(small):
@@ -91,7 +92,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                 if _policy(call):
                     hinted += 1
                     continue
-                per_tile = C.depends_on(C.names_in(call.args[0].value), offsets, deps, chain)
+                per_tile = F.depends_on(C.names_in(call.args[0].value), offsets, deps, chain)
                 if kind == "store" and not per_tile:
                     continue
                 policy = "evict_first" if per_tile else "evict_last"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK007"
@@ -24,8 +25,8 @@ PRECISION = "tf32x3"
 
 def _dot_results(kernel: cst.FunctionDef) -> set[str]:
     out: set[str] = set()
-    for small, *_ in C.walk(kernel.body.body):
-        name = C.single_target(small)
+    for small, *_ in F.walk(kernel.body.body):
+        name = F.single_target(small)
         if name and any(C.last_part(C.call_name(c)) == "dot" for c in C.calls_in(small)):
             out.add(name)
     return out
@@ -41,10 +42,10 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     changes: list[Change] = []
     explicit, kept = 0, []
     for kernel in ks:
-        defs = C.assignments(kernel)
-        deps = C.dependencies(kernel)
+        defs = F.assignments(kernel)
+        deps = F.dependencies(kernel)
         dotted = _dot_results(kernel)
-        for small, _line, chain, loops in C.walk(kernel.body.body):
+        for small, _line, chain, loops in F.walk(kernel.body.body):
             for call in C.calls_in(small):
                 if C.last_part(C.call_name(call)) != "dot":
                     continue
@@ -52,18 +53,18 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                     explicit += 1
                     continue
                 operands = [a.value for a in call.args if a.keyword is None][:2]
-                kinds = [C.value_dtype(o, defs) for o in operands]
+                kinds = [F.value_dtype(o, defs) for o in operands]
                 line = src.line(call)
                 if len(operands) == 2 and "fp32" in kinds and "16bit" not in kinds:
                     kinds = ["fp32", "fp32"]  # tl.dot requires both operands to have the same dtype
                 if len(operands) < 2 or kinds != ["fp32", "fp32"]:
                     kept.append(f"line {line}: operands are {'/'.join(kinds) or '?'}, not both fp32")
                     continue
-                target = C.single_target(small)
+                target = F.single_target(small)
                 in_chain = bool(loops) or len([a for a in call.args if a.keyword is None]) > 2 or C.kwarg(call, "acc") \
                     or isinstance(small, cst.AugAssign) \
                     or (target is not None and target in C.names_in(small.value) and isinstance(small, cst.Assign)) \
-                    or any(C.depends_on(C.names_in(o), dotted, deps, chain) for o in operands)
+                    or any(F.depends_on(C.names_in(o), dotted, deps, chain) for o in operands)
                 if not in_chain:
                     kept.append(f"line {line}: a single dot, not part of an accumulation chain")
                     continue

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _cdiv_dim(node: cst.BaseExpression, block: str) -> str | None:
 def definitions(func: cst.FunctionDef, name: str) -> list[tuple[cst.SimpleStatementLine, cst.BaseExpression]]:
     """(statement line, assigned value) for every assignment to ``name`` (tuple targets unpacked)."""
     out = []
-    for small, line, _chain, _loops in C.walk(func.body.body):
+    for small, line, _chain, _loops in F.walk(func.body.body):
         if isinstance(small, cst.Assign) and len(small.targets) == 1:
             t, v = small.targets[0].target, small.value
             if isinstance(t, cst.Name) and t.value == name:
@@ -157,10 +158,10 @@ def find_axis(func: cst.FunctionDef, pos) -> tuple[list[TileAxis], list[str]]:
 
 def tile_dependent(func: cst.FunctionDef, var: str) -> frozenset[str]:
     """Names whose value depends (transitively) on ``var``, ``var`` included."""
-    deps = C.dependencies(func)
+    deps = F.dependencies(func)
     out = {var}
     for name in deps:
-        if name != var and C.depends_on({name}, {var}, deps):
+        if name != var and F.depends_on({name}, {var}, deps):
             out.add(name)
     return frozenset(out)
 
@@ -251,7 +252,7 @@ def shared_loop_work(func: cst.FunctionDef, tiles: frozenset[str], pos) -> tuple
     """Lines inside loops whose statements call something (load, reduction, math) and do not
     depend on the tile: the work every tile program repeats."""
     out = []
-    for small, line, _chain, loops in C.walk(func.body.body):
+    for small, line, _chain, loops in F.walk(func.body.body):
         if not loops or not isinstance(small, (cst.Assign, cst.AugAssign)):
             continue
         if (C.assigned_names(small) | _reads(small)) & tiles:

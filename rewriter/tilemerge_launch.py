@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.tilemerge_axis import TileAxis
 
 
@@ -37,8 +38,8 @@ def _binding(call: cst.Call, kernel: cst.FunctionDef, param: str) -> cst.Arg | N
 
 def _host_assigns(host: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
     out: dict[str, list[cst.Assign]] = {}
-    for small, *_ in C.walk(host.body.body):
-        name = C.single_target(small)
+    for small, *_ in F.walk(host.body.body):
+        name = F.single_target(small)
         if name and isinstance(small, cst.Assign):
             out.setdefault(name, []).append(small)
     return out

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.tilemerge_names import NameAllocator, substitute
 
 
@@ -88,8 +89,8 @@ def _stepped_pointers(loop: cst.For, loop_assigned: set[str]) -> dict[str, tuple
     """p -> (INC, chain, index of the statement in walk order) for ``p += INC`` in the loop."""
     out: dict[str, tuple] = {}
     counts: dict[str, int] = {}
-    for idx, (small, _line, chain, loops) in enumerate(C.walk(loop.body.body)):
-        name = C.single_target(small)
+    for idx, (small, _line, chain, loops) in enumerate(F.walk(loop.body.body)):
+        name = F.single_target(small)
         if name is None or loops:
             continue
         counts[name] = counts.get(name, 0) + 1
@@ -142,7 +143,7 @@ def prefetch(func: cst.FunctionDef, names: NameAllocator, pos) -> tuple[cst.Func
     start, stop = _loop_bounds(loop)
     consts = C.constexpr_params(func)
     params = {p.name.value for p in C.params(func) if p.name.value not in consts}
-    defs = C.assignments(func)
+    defs = F.assignments(func)
     loop_assigned = C.assigned_names(loop.body)
     ivar_node = loop.target
     if not isinstance(ivar_node, cst.Name):
@@ -162,8 +163,8 @@ def prefetch(func: cst.FunctionDef, names: NameAllocator, pos) -> tuple[cst.Func
             stored_roots |= _root_params(call.args[0].value, defs, params)
 
     plan = []  # (small, line node, chain, target, stepped?)
-    for idx, (small, line, chain, loops) in enumerate(C.walk(loop.body.body)):
-        if loops or not isinstance(small, cst.Assign) or C.single_target(small) is None or len(line.body) != 1:
+    for idx, (small, line, chain, loops) in enumerate(F.walk(loop.body.body)):
+        if loops or not isinstance(small, cst.Assign) or F.single_target(small) is None or len(line.body) != 1:
             continue
         loads = [c for c in C.calls_in(small.value) if C.is_load(c)]
         if len(loads) != 1 or not loads[0].args:
@@ -174,12 +175,12 @@ def prefetch(func: cst.FunctionDef, names: NameAllocator, pos) -> tuple[cst.Func
         moving = read & loop_assigned
         if moving - set(stepped) - {ivar}:
             continue
-        if any(stepped[p][2] < idx or C.contradicts(chain, stepped[p][1]) or not set(stepped[p][1]) <= set(chain)
+        if any(stepped[p][2] < idx or F.contradicts(chain, stepped[p][1]) or not set(stepped[p][1]) <= set(chain)
                for p in moving & set(stepped)):
             continue
         if _root_params(loads[0].args[0].value, defs, params) & stored_roots:
             continue
-        plan.append((small, line, chain, C.single_target(small), bool(moving)))
+        plan.append((small, line, chain, F.single_target(small), bool(moving)))
     if not plan:
         return func, [], "no load in the token loop has a loop-invariant or stepped address"
 
