@@ -13,7 +13,7 @@ over rotated input sets, median over replays, variants interleaved):
 
     python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU, one set per call:
         ceil (call 1), fuse (2), pipe (3), abl (4: stages left out, cache hints, register caps),
-        order (5), pdl (6), warp (7), chunk (8), pref (9); results in benchmarks/results/t1_ceiling_probe.md
+        order (5), pdl (6), warp (7), chunk (8), pref (9), held (10); results in benchmarks/results/t1_ceiling_probe.md
     python benchmarks/t1_ceiling_probe.py --once abl_p2w4 --n 32   # five eager launches, for ncu (t1_ncu.sh)
     TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
 """
@@ -272,6 +272,19 @@ def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
         tl.store(p_s, tl.load(p_s) + 0.5)
 
 
+@triton.jit
+def state_copy_held(state, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+    """Call 10's control: the in-place copy, but the whole tile is held in registers until a reduction
+    across it is done (as the KDA step must), so registers, not the copy, bound the bytes in flight."""
+    NV: tl.constexpr = V // BV
+    w = tl.program_id(0).to(tl.int64)
+    o_k = tl.arange(0, K)
+    o_v = (w % NV) * BV + tl.arange(0, BV)
+    p_s = state + (w // NV) * K * V + o_k[:, None] * V + o_v[None, :]
+    b_s = tl.load(p_s)
+    tl.store(p_s, b_s + 0.5 + tl.sum(b_s, 0)[None, :] * 0.0)
+
+
 def inputs(N, T, device, seed):
     gen = torch.Generator(device="cpu").manual_seed(seed)
 
@@ -353,6 +366,13 @@ def copy_call(P, W, C=0, pdl=0):
     return call
 
 
+def held_call(P, W):
+    def call(x):
+        N = x["state"].shape[0]
+        state_copy_held[(N * HV * P,)](x["state"], K=K, V=V, BV=V // P, num_warps=W, num_stages=1)
+    return call
+
+
 def torch_copy(x):
     if x["dst"] is None:
         x["dst"] = torch.empty_like(x["state"])
@@ -431,12 +451,18 @@ PREFSET = {"cpy_p2w4": copy_call(2, 4), "abl_p2w4": abl_call(2, 4), "abl_p4w2": 
 for _p, _w, _ds in ((2, 4, (264, 528, 1056)), (4, 2, (396, 792, 1584))):
     for _d in _ds:
         PREFSET[f"abl_p{_p}w{_w}_d{_d}"] = abl_call(_p, _w, pref=_d)
+# Call 10 (--set held): copies that hold their tile in registers until a reduction over it is done
+# (_held), against the free copy and the KDA step: does a register-bound copy lose the same ~3 us?
+HELD = {"cpy_p2w4": copy_call(2, 4), "abl_p2w4": abl_call(2, 4), "abl_p4w2": abl_call(4, 2)}
+for _p, _w in ((2, 4), (2, 2), (1, 4), (4, 2), (4, 4)):
+    HELD[f"held_p{_p}w{_w}"] = held_call(_p, _w)
 SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
         "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)]),
         "order": (ORDER, [(32, 1), (64, 1), (256, 1)]),
         "pdl": (PDLSET, [(32, 1), (64, 1), (256, 1)]), "warp": (WARP, [(32, 1), (64, 1), (256, 1)]),
-        "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)]), "pref": (PREFSET, [(32, 1), (64, 1), (256, 1)])}
-VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET}
+        "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)]), "pref": (PREFSET, [(32, 1), (64, 1), (256, 1)]),
+        "held": (HELD, [(32, 1), (64, 1), (256, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET, **HELD}
 
 
 def reference(x, T):

@@ -5,7 +5,7 @@ set -u
 out=$1; shift
 mkdir -p "$out"
 for v in "$@"; do
-  ncu --clock-control none -k regex:'kda_abl|state_copy|kda_t1' -s 4 -c 1 \
+  ncu --clock-control none -k regex:'kda_abl|state_copy|kda_t1|state_copy_held' -s 4 -c 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section MemoryWorkloadAnalysis --section SchedulerStats \
       python benchmarks/t1_ceiling_probe.py --once "$v" --n 32 > "$out/ncu_$v.txt" 2>&1
