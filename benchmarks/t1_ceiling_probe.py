@@ -13,7 +13,7 @@ over rotated input sets, median over replays, variants interleaved):
 
     python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU, one set per call:
         ceil (call 1), fuse (2), pipe (3), abl (4: stages left out, cache hints, register caps),
-        order (5), pdl (6), warp (7), chunk (8), pref (9), held (10); results in benchmarks/results/t1_ceiling_probe.md
+        order (5), pdl (6), warp (7), chunk (8), pref (9), held (10), defer (11); results in benchmarks/results/t1_ceiling_probe.md
     python benchmarks/t1_ceiling_probe.py --once abl_p2w4 --n 32   # five eager launches, for ncu (t1_ncu.sh)
     TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
 """
@@ -135,7 +135,8 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
     """Call 4 ablations of the T = 1 step, one program per (sequence, head, V tile).
     MODE 0: the full step; 1: no contractions (the decayed state is stored, o = v);
     2: no gate or norm arithmetic (decay by g itself, raw q, k); 3: no q/k/v/g/beta loads (constants);
-    4: every program loads sequence 0's q/k/v/g/beta (cache hits: the loads and layout work, not their DRAM trips).
+    4: every program loads sequence 0's q/k/v/g/beta (cache hits: the loads and layout work, not their DRAM trips);
+    5: the full step with the L2 norms deferred (raw q, k contracted, their scalars applied to the [BV] results).
     HINT: the state is loaded evict_first and stored streaming (.cs).
     ORDER 1: a barrier after the state load, so the compiler cannot issue it after the small loads
     (it hoists them, and the norms that wait on them, above the state load to shorten live ranges)."""
@@ -192,6 +193,12 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
         b_beta = tl.sigmoid(tl.load(beta + i_n * HV + i_hv).to(tl.float32))
     if MODE == 2 or MODE == 3:
         b_decay = tl.exp(b_g)
+    elif MODE == 5:  # norms deferred: raw q, k into the contractions, their scalars applied to [BV] results
+        b_A = tl.load(A_log + i_hv).to(tl.float32)
+        b_bias = tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
+        b_rq = tl.rsqrt(tl.sum(b_q * b_q) + 1e-6) * scale
+        b_rk = tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+        b_decay = tl.exp(-tl.exp(b_A) * _softplus(b_g + b_bias))
     else:
         b_A = tl.load(A_log + i_hv).to(tl.float32)
         b_bias = tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
@@ -201,6 +208,15 @@ def kda_abl(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
     b_s = b_s * b_decay[:, None]
     if MODE == 1:
         b_o = b_v
+    elif MODE == 5:
+        b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0) * b_rk) * b_beta
+        if FUSE:
+            b_w = tl.sum(b_s * b_q[:, None], 0)
+            b_s = b_s + b_k[:, None] * (b_delta * b_rk)[None, :]
+            b_o = (b_w + tl.sum(b_q * b_k) * b_rk * b_delta) * b_rq
+        else:
+            b_s = b_s + b_k[:, None] * (b_delta * b_rk)[None, :]
+            b_o = tl.sum(b_s * b_q[:, None], 0) * b_rq
     elif FUSE:  # both contractions read the decayed state: o = q.S + (q.k) delta
         b_w = tl.sum(b_s * b_q[:, None], 0)
         b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
@@ -456,13 +472,20 @@ for _p, _w, _ds in ((2, 4, (264, 528, 1056)), (4, 2, (396, 792, 1584))):
 HELD = {"cpy_p2w4": copy_call(2, 4), "abl_p2w4": abl_call(2, 4), "abl_p4w2": abl_call(4, 2)}
 for _p, _w in ((2, 4), (2, 2), (1, 4), (4, 2), (4, 4)):
     HELD[f"held_p{_p}w{_w}"] = held_call(_p, _w)
+# Call 11 (--set defer): the L2 norms taken off the chain (_m5: raw q, k contracted, the norm scalars
+# applied to [BV] vectors afterwards), alone and with independent contractions (_m5f1).
+DEFER = {"cpy_p2w4": copy_call(2, 4)}
+for _p, _w in ((2, 4), (4, 2), (2, 2), (4, 1)):
+    DEFER[f"abl_p{_p}w{_w}"] = abl_call(_p, _w)
+    DEFER[f"abl_p{_p}w{_w}_d5"] = abl_call(_p, _w, mode=5)
+    DEFER[f"abl_p{_p}w{_w}_d5f1"] = abl_call(_p, _w, mode=5, fuse=1)
 SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
         "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)]),
         "order": (ORDER, [(32, 1), (64, 1), (256, 1)]),
         "pdl": (PDLSET, [(32, 1), (64, 1), (256, 1)]), "warp": (WARP, [(32, 1), (64, 1), (256, 1)]),
         "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)]), "pref": (PREFSET, [(32, 1), (64, 1), (256, 1)]),
-        "held": (HELD, [(32, 1), (64, 1), (256, 1)])}
-VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET, **HELD}
+        "held": (HELD, [(32, 1), (64, 1), (256, 1)]), "defer": (DEFER, [(32, 1), (64, 1), (256, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET, **HELD, **DEFER}
 
 
 def reference(x, T):
