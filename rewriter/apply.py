@@ -128,11 +128,16 @@ def match_target(source: str, path: Path, library: Library) -> tuple[Applicabili
 def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
     from skel.rewriter.report import report_path, write_report
     from skel.rewriter.select import choose_winners
-    from skel.rewriter.targets import bind_target
+    from skel.rewriter.targets import NotRecognised, bind_target, unbound
 
     path = options.target.resolve()
     source = path.read_text(encoding="utf-8")
-    binding = bind_target(path, source, options.harness)
+    try:
+        binding = bind_target(path, source, options.harness)
+    except NotRecognised:
+        if not options.dry_run:
+            raise
+        binding = unbound(path)  # a dry run executes nothing, so it needs no spec
     progress(f"{path.name}: {binding.how}")
     applicability = match_target(source, path, library)
     codes = sorted({c for a in applicability for c, _ in a.applicable})
@@ -206,6 +211,8 @@ def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int]
 
     from skel.validate.spec import Shape
 
+    if not binding.family and not isinstance(_shape_arg(shape_set), list):
+        return ()  # no spec names the set's shapes: nothing is pruned
     try:
         arg = _shape_arg(shape_set)
         shapes = [Shape.parse(s) for s in arg] if isinstance(arg, list) else load_spec(binding.spec).shapes(arg)

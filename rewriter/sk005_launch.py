@@ -175,18 +175,23 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     shape = dict(options.shape)
     out: list[Rewrite] = []
     reasons: list[str] = []
+    statements = _statements(src.module)
     for call, kernel, host in launches:
+        if len(out) >= options.max_variants:
+            break  # the variant budget is spent on the earlier launches
         if any(C.last_part(C.dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) == "autotune"
                for d in kernel.decorators):
             reasons.append(f"line {src.line(call)}: {kernel.name.value} is autotuned; its configs choose the launch")
             continue
-        out.extend(_variants(src, Launch(call, kernel, host, shape), budget, options.max_variants - len(out), reasons))
+        out.extend(_variants(src, Launch(call, kernel, host, shape), statements[call], budget,
+                             options.max_variants - len(out), reasons))
     if not out:
         return C.skip(CODE, SAFETY, source, "not applicable: " + "; ".join(reasons or ["no launch variant within the resource bounds"]))
     return out
 
 
-def _variants(src: C.Source, launch: Launch, budget: int, cap: int, reasons: list[str]) -> list[Rewrite]:
+def _variants(src: C.Source, launch: Launch, stmt: cst.CSTNode, budget: int, cap: int,
+              reasons: list[str]) -> list[Rewrite]:
     values, varied, notes = launch.tiles()
     warps0 = _eval(C.kwarg(launch.call, "num_warps").value, launch.env) if C.kwarg(launch.call, "num_warps") else 4
     stages_arg = C.kwarg(launch.call, "num_stages")
@@ -218,10 +223,12 @@ def _variants(src: C.Source, launch: Launch, budget: int, cap: int, reasons: lis
     if not scored:
         reasons.append(f"line {src.line(launch.call)}: no variant within {budget} fp32 tile elements per thread")
         return []
-    return [_apply(src, launch, cfg, varied, per_thread, budget, notes) for *_, cfg, per_thread in scored[:max(cap, 0)]]
+    return [_apply(src, launch, stmt, cfg, varied, per_thread, budget, notes)
+            for *_, cfg, per_thread in scored[:max(cap, 0)]]
 
 
-def _apply(src: C.Source, launch: Launch, cfg: dict, varied: dict, per_thread, budget: int, notes: list[str]) -> Rewrite:
+def _apply(src: C.Source, launch: Launch, stmt: cst.CSTNode, cfg: dict, varied: dict, per_thread, budget: int,
+           notes: list[str]) -> Rewrite:
     label = ",".join(f"{k}={v}" for k, v in cfg.items())
     edits: dict = {}
     changes: list[Change] = []
@@ -241,7 +248,6 @@ def _apply(src: C.Source, launch: Launch, cfg: dict, varied: dict, per_thread, b
                 edits[arg] = (lambda v: lambda upd: upd.with_changes(value=v))(value)
             changes.append(Change(src.line(arg or launch.call), f"{knob} -> {cfg[knob]}"))
     add = [] if C.kwarg(launch.call, "num_warps") else [cst.Arg(cst.Integer(str(cfg["num_warps"])), keyword=cst.Name("num_warps"))]
-    stmt = _statement_of(src.module, launch.call)
     note = C.comment_line(f"{MARKER}: launch config {label} (searched; {per_thread:g} fp32 tile elements/thread)"
                           if per_thread else f"{MARKER}: launch config {label} (searched)")
     changes.append(Change(src.line(stmt), f"launch marked '# {MARKER}: launch config {label}'"))
@@ -254,14 +260,21 @@ def _apply(src: C.Source, launch: Launch, cfg: dict, varied: dict, per_thread, b
     return C.applied_result(CODE, src.text, new, changes, summary, SAFETY, variant=label, params=params)
 
 
-def _statement_of(module: cst.Module, call: cst.Call) -> cst.CSTNode:
-    found: list[cst.SimpleStatementLine] = []
+def _statements(module: cst.Module) -> dict[cst.Call, cst.SimpleStatementLine]:
+    """Every call of the module mapped to the statement line that holds it (one pass)."""
+    out: dict[cst.Call, cst.SimpleStatementLine] = {}
+    current: list[cst.SimpleStatementLine] = []
 
     class V(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-            if any(c is call for c in C.calls_in(node)):
-                found.append(node)
-            return False
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            current.append(node)
+
+        def leave_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            current.pop()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if current:
+                out[node] = current[-1]
 
     module.visit(V())
-    return found[0]
+    return out

@@ -63,6 +63,16 @@ class TargetBinding:
                 "how": self.how}
 
 
+class NotRecognised(UsageError):
+    """The target is no known family and no harness was given: it can be rewritten, not judged."""
+
+
+def unbound(path: Path) -> TargetBinding:
+    """A binding for ``skel apply --dry-run`` on a file no spec judges: candidates are shown, nothing runs."""
+    return TargetBinding(path, "", Path(), "", "not a recognised kernel family: dry run without a spec "
+                         "(pass --harness SPEC.py to validate the candidates)")
+
+
 def kernels_root() -> Path:
     import skel.kernels
 
@@ -92,7 +102,7 @@ def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetB
             return TargetBinding(path, fp.family, spec, fp.entry,
                                  f"recognised as {fp.family} (entry {fp.entry}, spec {fp.harness})", fp.dims)
     names = ", ".join(sorted({f.entry for f in FINGERPRINTS}))
-    raise UsageError(
+    raise NotRecognised(
         f"{path}: not a recognised kernel family (looked for entry functions {names}); "
         "pass --harness SPEC.py, a file exporting SPEC = TargetSpec(...) (see README, 'Your own kernel')"
     )

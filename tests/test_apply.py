@@ -46,6 +46,22 @@ def test_bind_unknown_file_asks_for_a_harness(tmp_path):
         bind_target(f, f.read_text())
 
 
+def test_dry_run_needs_no_harness_but_judging_does(tmp_path, capsys):
+    """A file no spec judges still gets its candidate diffs in a dry run (nothing executes); a real run asks for --harness."""
+    target = tmp_path / "their_decode.py"
+    target.write_text(KDA.read_text().replace("def kda_decode(", "def their_decode("))
+    code = main(["apply", str(target), "--dry-run", "--unsafe", "--skeleton", "SK001",
+                 "--report-dir", str(tmp_path / "r"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["output"] is None and data["binding"]["family"] == ""
+    assert "dry run without a spec" in data["binding"]["how"]
+    [cand] = data["candidates"]
+    assert cand["label"] == "SK001" and cand["reason"] == "dry run: not validated"
+    assert "rsqrt" in (tmp_path / "r" / "candidates" / "candidate_01.py").read_text()
+    code = main(["apply", str(target), "--unsafe", "--skeleton", "SK001", "--device", "cpu", "--report-dir", str(tmp_path / "r2")])
+    assert code == 2 and "--harness" in capsys.readouterr().err
+
+
 def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
     target = tmp_path / "kda.py"
     shutil.copy(KDA, target)
