@@ -36,13 +36,44 @@ def _binding(call: cst.Call, kernel: cst.FunctionDef, param: str) -> cst.Arg | N
     return pos[i] if 0 <= i < len(pos) else None
 
 
-def _host_assigns(host: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
-    out: dict[str, list[cst.Assign]] = {}
+def _host_assigns(host: cst.FunctionDef) -> dict[str, list[tuple[cst.Assign | None, cst.BaseExpression | None, int | None]]]:
+    """Each host name's assignments as (statement, value, position): ``NV = cdiv(V, BV)`` gives (that
+    Assign, the call, None); ``NK, NV = cdiv(K, BK), cdiv(V, BV)`` gives (that Assign, the matching
+    element, its index); any other assignment gives (None, None, None), so a name assigned more than
+    once, or in a way not followed here, is never trusted."""
+    out: dict[str, list[tuple[cst.Assign | None, cst.BaseExpression | None, int | None]]] = {}
     for small, *_ in F.walk(host.body.body):
         name = F.single_target(small)
         if name and isinstance(small, cst.Assign):
-            out.setdefault(name, []).append(small)
+            out.setdefault(name, []).append((small, small.value, None))
+        elif name:
+            out.setdefault(name, []).append((None, None, None))
+        elif isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+            names = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else []
+            values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else []
+            for i, e in enumerate(names):
+                if isinstance(e, cst.Name):
+                    row = (small, values[i], i) if len(values) == len(names) else (None, None, None)
+                    out.setdefault(e.value, []).append(row)
     return out
+
+
+def _set_value(assign: cst.Assign, index: int | None, text: str):
+    """An edit of ``assign`` giving its value (or the ``index``-th element of its tuple value) ``text``."""
+    new = cst.parse_expression(text)
+    if index is None:
+        return lambda u: u.with_changes(value=new)
+    return lambda u: u.with_changes(value=u.value.with_changes(elements=[
+        e.with_changes(value=new) if j == index else e for j, e in enumerate(u.value.elements)]))
+
+
+def _value(node: cst.BaseExpression, assigns) -> cst.BaseExpression | None:
+    """``node``, or the one value a host name was assigned (None where that is not known)."""
+    if isinstance(node, cst.Name) and node.value in assigns:
+        rows = assigns[node.value]
+        return rows[0][1] if len(rows) == 1 else None
+    return node
 
 
 def _covers(value: cst.BaseExpression) -> bool:
@@ -58,8 +89,7 @@ def _covers(value: cst.BaseExpression) -> bool:
 
 def _cdiv_of(node: cst.BaseExpression, block_text: str, assigns) -> cst.Call | None:
     """The ``cdiv(D, BV)`` call ``node`` is (directly or through one host assignment)."""
-    if isinstance(node, cst.Name) and len(assigns.get(node.value, ())) == 1:
-        node = assigns[node.value][0].value
+    node = _value(node, assigns)
     if isinstance(node, cst.Call) and C.last_part(C.call_name(node)) == "cdiv" and len(node.args) == 2:
         if C.code_of(node.args[1].value).strip() == block_text:
             return node
@@ -89,8 +119,7 @@ def _grid(call: cst.Call, assigns) -> cst.BaseExpression | None:
     if not isinstance(call.func, cst.Subscript) or len(call.func.slice) != 1:
         return None
     g = call.func.slice[0].slice.value
-    if isinstance(g, cst.Name) and len(assigns.get(g.value, ())) == 1:
-        g = assigns[g.value][0].value
+    g = _value(g, assigns)
     if isinstance(g, cst.Lambda):
         g = g.body
     return g if isinstance(g, cst.Tuple) else None
@@ -108,10 +137,13 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
         arg = _binding(call, kernel, axis.block)
         if arg is None:
             return f"the launch of {kernel.name.value} does not pass {axis.block}"
-        value, owner = arg.value, None
-        if isinstance(value, cst.Name) and len(assigns.get(value.value, ())) == 1:
-            owner = assigns[value.value][0]
-            value = owner.value
+        value, owner, index = arg.value, None, None
+        if isinstance(value, cst.Name) and value.value in assigns:
+            rows = assigns[value.value]
+            if len(rows) != 1 or rows[0][0] is None:
+                return (f"{axis.block} is assigned {len(rows)} times in {host.name.value}" if len(rows) != 1 else
+                        f"{axis.block} is assigned in {host.name.value} in a way this rewrite does not follow")
+            owner, value, index = rows[0]
         if _covers(value):
             return f"{axis.block} = {C.code_of(value)}: one tile covers the dimension (NV = 1), nothing to merge"
         grid = _grid(call, assigns)
@@ -134,7 +166,7 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
         split = programs * ns
         width = f"{npow}({v_text})" if split == 1 else f"{npow}({cdiv_fn}({v_text}, {split}))"
         if owner is not None:
-            out.edits[owner] = lambda u, w=width: u.with_changes(value=cst.parse_expression(w))
+            out.edits[owner] = _set_value(owner, index, width)
             out.lines.append((owner, f"{axis.block} = {width}: the sub-tile width ({ns} per program, {programs} per head)"))
         else:
             out.edits[arg] = lambda u, w=width: u.with_changes(value=cst.parse_expression(w))

@@ -34,18 +34,22 @@ def _is_count(node: cst.BaseExpression, axis: TileAxis) -> bool:
 
 
 class _DropTileCount(cst.CSTTransformer):
-    """``E // NT`` -> ``E``; ``tl.program_id(b)`` -> ``b - 1`` above a removed grid axis."""
+    """``E // NT`` -> ``E``, ``E // (NK * NT)`` -> ``E // NK``; ``tl.program_id(b)`` -> ``b - 1`` above a
+    removed grid axis."""
 
     def __init__(self, axis: TileAxis):
         self.axis = axis
 
     def leave_BinaryOperation(self, original, updated: cst.BinaryOperation):
-        if isinstance(updated.operator, cst.FloorDivide) and _is_count(updated.right, self.axis):
+        if not isinstance(updated.operator, cst.FloorDivide):
+            return updated
+        if _is_count(updated.right, self.axis):
             left = updated.left
             if updated.lpar and isinstance(left, (cst.BinaryOperation, cst.UnaryOperation)) and not left.lpar:
                 return left.with_changes(lpar=updated.lpar, rpar=updated.rpar)
             return left
-        return updated
+        rest = _without_count(updated.right, self.axis)  # E // (NK * NT) -> E // NK
+        return updated.with_changes(right=rest) if rest is not None else updated
 
     def leave_Call(self, original, updated: cst.Call):
         if self.axis.kind == "axis" and C.last_part(C.call_name(updated)) == "program_id" and updated.args:
@@ -53,6 +57,20 @@ class _DropTileCount(cst.CSTTransformer):
             if isinstance(v, cst.Integer) and int(v.value) > self.axis.axis:
                 return updated.with_changes(args=[updated.args[0].with_changes(value=cst.Integer(str(int(v.value) - 1)))])
         return updated
+
+
+def _without_count(node: cst.BaseExpression, axis: TileAxis) -> cst.BaseExpression | None:
+    """A product with the tile count as one factor, without that factor (None when it has none)."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+        return None
+    for keep, drop in ((node.left, node.right), (node.right, node.left)):
+        if _is_count(drop, axis):
+            return keep.with_changes(lpar=node.lpar, rpar=node.rpar) if isinstance(keep, cst.BinaryOperation) else keep
+    for side in ("left", "right"):
+        inner = _without_count(getattr(node, side), axis)
+        if inner is not None:
+            return node.with_changes(**{side: inner})
+    return None
 
 
 class _WidenCount(cst.CSTTransformer):
@@ -97,7 +115,9 @@ def remove_tile_axis(func: cst.FunctionDef, axis: TileAxis) -> cst.FunctionDef:
         cdefs = definitions(func, axis.count)
         rest = [s for s in _lines(func) if all(s is not d for d, _ in cdefs)]
         if len(cdefs) == 1 and not any(axis.count in C.names_in(s) for s in rest):
-            func = C.apply_edits(func, {cdefs[0][0]: lambda _u: cst.RemoveFromParent()})
+            kept = _drop_target(cdefs[0][0], axis.count)  # NK, NV = ... keeps NK
+            func = C.apply_edits(func, {cdefs[0][0]: (lambda _u: kept) if kept is not None
+                                        else (lambda _u: cst.RemoveFromParent())})
     return func
 
 

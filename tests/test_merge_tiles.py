@@ -232,6 +232,42 @@ def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
             _close(s1, s0, f"fla gdn {plan} T={T} state")
 
 
+def test_other_fla_kernels_with_tuple_assigned_tiles_match_original(fla_corpus, tmp_path):
+    """fla-core's comba and delta-rule files set ``BK, BV = ...`` and ``NK, NV = ...`` as tuples and flatten
+    (NK, NV, sequence x head) into one program id; the delta rule's backward kernel is merged too (its
+    per-tile partial gradients are summed on the host over the NV the rewritten BV gives)."""
+    _fla(fla_corpus)
+    import fla.ops.comba.fused_recurrent as comba
+    import fla.ops.delta_rule.fused_recurrent as delta
+
+    g = torch.Generator().manual_seed(41)
+    r = lambda *sh: torch.randn(*sh, generator=g)  # noqa: E731
+    N, T, H, K, V = 2, 3, 2, 16, 32
+    q, k, v = r(N, T, H, K), r(N, T, H, K), r(N, T, H, V)
+    k = k / k.norm(dim=-1, keepdim=True)
+    beta, h0 = torch.sigmoid(r(N, T, H)), 0.1 * r(N, H, K, V)
+    for plan in [(2, 1, 2, True), (1, 2, 4, True)]:
+        new = _load(_rewrite((fla_corpus / "fla/ops/delta_rule/fused_recurrent.py").read_text(), plan), tmp_path, "fla_delta")
+        o0, u0, s0 = delta.fused_recurrent_delta_rule_fwd(q, k, v, beta, 0.25, h0.clone(), True)
+        o1, u1, s1 = new.fused_recurrent_delta_rule_fwd(q, k, v, beta, 0.25, h0.clone(), True)
+        for name, a, b in (("output", o1, o0), ("u", u1, u0), ("state", s1, s0)):
+            _close(a, b, f"delta rule {plan} {name}")
+        do, dht = r(N, T, H, V), r(N, H, K, V)
+        h0g = h0.clone().requires_grad_()  # the backward allocates dh0 only for a state that needs it
+        grads0 = delta.fused_recurrent_delta_rule_bwd(q, k, v, beta, dht, do, 0.25, h0g)
+        grads1 = new.fused_recurrent_delta_rule_bwd(q, k, v, beta, dht, do, 0.25, h0g)
+        for name, a, b in zip(("dq", "dk", "dv", "db", "dh0"), grads1, grads0):
+            _close(a, b, f"delta rule {plan} {name}")
+        new = _load(_rewrite((fla_corpus / "fla/ops/comba/fused_recurrent.py").read_text(), plan), tmp_path, "fla_comba")
+        p_, gk = r(N, T, H, K), -torch.rand(N, T, H, generator=g)
+        kw = dict(q=q, k=k, v=v, p=p_, g=gk, beta=beta, scale=0.25, output_final_state=True,
+                  use_qk_l2norm_in_kernel=True)
+        o0, s0 = comba.fused_recurrent_comba_fwd(initial_state=h0.clone(), **kw)
+        o1, s1 = new.fused_recurrent_comba_fwd(initial_state=h0.clone(), **kw)
+        _close(o1, o0, f"comba {plan} output")
+        _close(s1, s0, f"comba {plan} state")
+
+
 # ------------------------------------------------------------------ refusals, with reasons
 
 
