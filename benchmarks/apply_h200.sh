@@ -14,11 +14,13 @@ shapes() {  # H: key heads
 }
 KDA_SHAPES=${SKEL_BENCH_KDA_SHAPES:-${SKEL_BENCH_SHAPES:-$(shapes 32)}}  # per family, or both at once
 GDN_SHAPES=${SKEL_BENCH_GDN_SHAPES:-${SKEL_BENCH_SHAPES:-$(shapes 16)}}
+DELTA_SHAPES=${SKEL_BENCH_DELTA_SHAPES:-N32-T1-H32-K128-V128,N64-T1-H32-K128-V128,N64-T8-H32-K128-V128}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 mkdir -p /tmp/work
 cp /tmp/site/fla/ops/kda/fused_recurrent.py /tmp/work/fla_kda_decode.py
 cp /tmp/site/fla/ops/gated_delta_rule/fused_recurrent.py /tmp/work/fla_gdn_decode.py
+cp /tmp/site/fla/ops/delta_rule/fused_recurrent.py /tmp/work/fla_delta.py
 cp kernels/kda_decode/kernel.py /tmp/work/kda_decode.py
 cp kernels/gdn_decode/kernel.py /tmp/work/gdn_decode.py
 cp kernels/state_merge/kernel.py /tmp/work/state_merge.py
@@ -42,6 +44,8 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     state_merge) run state_merge decode /tmp/work/state_merge.py --skeleton SK007 ;;
     gdn_upstream) run gdn_upstream "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py $STRUCT ;;
     gdn_sk002) run gdn_sk002 "$GDN_SHAPES" /tmp/work/gdn_decode.py --skeleton SK002 --no-record ;;
+    delta_harness) run delta_harness "$DELTA_SHAPES" /tmp/work/fla_delta.py --harness examples/fla_delta_rule/spec.py \
+      --skeleton SK002 --no-record ;;  # a kernel skel does not recognise, through the README's worked harness
     gdn_upstream_sk002) run gdn_upstream_sk002 "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --skeleton SK002 --no-record ;;
   esac
 done

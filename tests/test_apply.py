@@ -62,6 +62,23 @@ def test_dry_run_needs_no_harness_but_judging_does(tmp_path, capsys):
     assert code == 2 and "--harness" in capsys.readouterr().err
 
 
+def test_a_user_harness_judges_a_kernel_skel_does_not_know(fla_corpus, tmp_path, capsys, monkeypatch):
+    """examples/fla_delta_rule/spec.py, the README's worked harness, on fla-core's delta-rule decode file:
+    SK002's rewrite of a third-party kernel passes the numerics gate in the interpreter."""
+    pytest.importorskip("einops")
+    monkeypatch.syspath_prepend(str(fla_corpus))  # the target imports fla
+    target = tmp_path / "fla_delta.py"
+    shutil.copy(fla_corpus / "fla/ops/delta_rule/fused_recurrent.py", target)
+    harness = Path(__file__).resolve().parents[1] / "examples" / "fla_delta_rule" / "spec.py"
+    code = main(["apply", str(target), "--harness", str(harness), "--unsafe", "--skeleton", "SK002",
+                 "--max-candidates", "1", "--device", "cpu", "--report-dir", str(tmp_path / "r"),
+                 "--catalog", str(tmp_path / "cat.sqlite"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["binding"]["entry"] == "fused_recurrent_delta_rule_fwd"
+    [cand] = data["candidates"]
+    assert cand["skeletons"] == ["SK002"] and cand["numerics_passed"] is True and not cand["accepted"]
+
+
 def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
     target = tmp_path / "kda.py"
     shutil.copy(KDA, target)
