@@ -116,5 +116,31 @@ def _bind_harness(path: Path, harness: Path) -> TargetBinding:
         spec = load_spec(ref.spec)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
-    dims = tuple(getattr(spec, "dims", ()) or ())
+    dims = tuple(spec.dims) or infer_dims(spec)
     return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}", dims)
+
+
+def infer_dims(spec) -> tuple[tuple[str, str], ...]:
+    """Each shape dim as ``arg.shape[axis]`` of the entry's tensor arguments, found by building the ci
+    shapes' inputs on the CPU (the harness's own code; they are tiny): the first (argument, axis) whose
+    size equals the dim at every ci shape. A dim no argument shows (or one all ci shapes agree on with
+    another dim everywhere) may come out ambiguous; the dispatch only uses a dim that separates buckets."""
+    import torch
+
+    shapes = spec.shape_sets["ci"]
+    try:
+        inputs = [spec.make_inputs(shape, spec.dtypes[0], 0, "cpu") for shape in shapes]
+    except Exception:  # the harness cannot build inputs on a CPU: no dispatch, apply says so when it matters
+        return ()
+    out = []
+    for dim, _ in shapes[0].dims:
+        for arg, value in inputs[0].items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            axis = next((a for a in range(value.dim())
+                         if all(isinstance(x.get(arg), torch.Tensor) and x[arg].dim() > a and x[arg].shape[a] == s[dim]
+                                for x, s in zip(inputs, shapes))), None)
+            if axis is not None:
+                out.append((dim, f"{arg}.shape[{axis}]"))
+                break
+    return tuple(out)

@@ -91,6 +91,8 @@ class TargetSpec:
     tolerances: by the *output's* dtype name ("bfloat16", "float32", ...).
     dtypes: input dtypes the family supports; the first is the default.
     checks: outputs judged by a custom check instead of elementwise error.
+    dims: how the launcher's arguments give a shape dim, for `skel apply`'s dispatch between variants
+        accepted at different shapes; when empty, apply infers them from make_inputs on the ci shapes.
     bytes / flops: minimum memory traffic and arithmetic per call, for the roofline.
     """
 
@@ -107,6 +109,7 @@ class TargetSpec:
     dtypes: tuple[str, ...] = ("bfloat16",)
     checks: Mapping[str, OutputCheck] = field(default_factory=dict)
     description: str = ""
+    dims: tuple[tuple[str, str], ...] = ()  # (dim, expression over the entry's arguments), e.g. ("T", "q.shape[1]")
 
     def __post_init__(self) -> None:
         missing = {"ci", "decode"} - set(self.shape_sets)
