@@ -80,6 +80,17 @@ def test_a_user_harness_judges_a_kernel_skel_does_not_know(fla_corpus, tmp_path,
     # the harness declares no dims: the ones a dispatch on shape needs are read off its ci inputs
     binding = bind_target(target, target.read_text(), harness)
     assert ("T", "q.shape[1]") in binding.dims and ("V", "v.shape[3]") in binding.dims
+    from skel.rewriter.base import RewriteOptions
+    from skel.rewriter.sk002_merge_tiles import merge_tiles
+    from skel.validate.gate import validate
+
+    src = target.read_text()
+    [one] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [(2, 1, 2, True)]),)))
+    [two] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [(1, 2, 4, True)]),)))
+    path = tmp_path / "dispatch.py"
+    path.write_text(build_dispatch(src, [("T1-H2-K32-V32", one.source), ("T3-H2-K16-V24", two.source)], binding))
+    result = validate(target, path, spec=harness, entry=binding.entry, shapes="ci", device="cpu", seeds=(0,))
+    assert result.accepted, result.reasons
 
 
 def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
