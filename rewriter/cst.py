@@ -171,6 +171,12 @@ def jit_decorator(func: cst.FunctionDef) -> cst.Decorator | None:
     return None
 
 
+def is_autotuned(func: cst.FunctionDef) -> bool:
+    """``@triton.autotune(...)`` on the kernel: its configs, not the launch, choose num_warps and num_stages."""
+    return any(last_part(dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) == "autotune"
+               for d in func.decorators)
+
+
 def kernels(module: cst.Module, options: RewriteOptions | None = None) -> list[cst.FunctionDef]:
     """Every ``@triton.jit`` function of the module (top level or under module-level ifs)."""
     only = options.kernel if options else None

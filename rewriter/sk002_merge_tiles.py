@@ -28,6 +28,7 @@ Unsafe: sub-tiles change the reduction layout (warps per reduction), which may c
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import libcst as cst
@@ -50,13 +51,14 @@ MAX_STATE_PER_THREAD = 128  # fp32 state elements per thread; above it the state
 class Plan:
     programs: int  # programs per (sequence, head) along V
     subtiles: int  # register sub-tiles per program
-    warps: int
+    warps: int | None  # None: left to the kernel's @triton.autotune configs
     prefetch: bool
     stages: int | None = None  # num_stages at the launch, where the launch sets it; None keeps it
 
     @property
     def label(self) -> str:
-        return (f"P={self.programs},NS={self.subtiles},num_warps={self.warps}" + (",prefetch" if self.prefetch else "")
+        warps = self.warps if self.warps is not None else "autotuned"
+        return (f"P={self.programs},NS={self.subtiles},num_warps={warps}" + (",prefetch" if self.prefetch else "")
                 + (f",num_stages={self.stages}" if self.stages is not None else ""))
 
     @property
@@ -121,10 +123,10 @@ def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
         (found if not isinstance(target, str) else why).append(target if not isinstance(target, str) else f"{func.name.value}: {target}")
     if not found:
         return C.skip(CODE, SAFETY, source, "; ".join(why) or "no @triton.jit kernel in the file")
-    out = []
-    for plan in _plans(options):
-        out.append(_rewrite(src, found, plan, source))
-    return out
+    plans = _plans(options)
+    if any(C.is_autotuned(func) for func, _, _ in found):  # its configs choose warps and stages: vary the rest
+        plans = list(dict.fromkeys(dataclasses.replace(p, warps=None, stages=None) for p in plans))
+    return [_rewrite(src, found, plan, source) for plan in plans]
 
 
 def _target(module: cst.Module, func: cst.FunctionDef, pos):
@@ -132,7 +134,7 @@ def _target(module: cst.Module, func: cst.FunctionDef, pos):
     axes, why = A.find_axis(func, pos)
     if not axes:
         return "no V-tile axis (no X * B + tl.arange(0, B) on a program-id index)" + (f": {why[0]}" if why else "")
-    reasons = []
+    reasons, usable = [], []
     for axis in axes:
         launch = L.plan(module, func, axis, 1, 1, None)
         if isinstance(launch, str):
@@ -147,8 +149,16 @@ def _target(module: cst.Module, func: cst.FunctionDef, pos):
         if not shared:
             reasons.append(f"{axis.var}: nothing computed in a loop is shared by the tiles (no repeated prologue to merge)")
             continue
-        return func, axis, shared
-    return "; ".join(reasons)
+        usable.append((func, axis if axis.dim else dataclasses.replace(axis, dim=launch.dim or None), shared))
+    if not usable:
+        return "; ".join(reasons)
+    # Of several tile axes (V and K tiles, say), merge the one whose tiles repeat the most loop work.
+    return max(usable, key=lambda u: len(u[2]))
+
+
+def _tiles(axis) -> str:
+    """"V tiles" (the tiles of V in BV-wide blocks), or "tiles of i_k (BK)" where the dimension has another name."""
+    return f"{axis.dim} tiles" if axis.dim else f"tiles of {axis.var} ({axis.block})"
 
 
 def _rewrite(src, found, plan: Plan, source: str) -> Rewrite:
@@ -169,7 +179,7 @@ def _rewrite(src, found, plan: Plan, source: str) -> Rewrite:
         if plan.programs == 1 or plan.subtiles > 1:
             rep = Replicator(axis, tiles, plan.subtiles, plan.programs == 1, names)
             new = new.with_changes(body=new.body.with_changes(body=rep.block(new.body.body)))
-        note = C.comment_line(f"{MARKER}: V tiles merged ({plan.label}); the shared prologue runs once per token, "
+        note = C.comment_line(f"{MARKER}: {_tiles(axis)} merged ({plan.label}); the shared prologue runs once per token, "
                               f"lines {', '.join(map(str, shared[:6]))} of the original")
         first = new.body.body[0]
         new = new.with_changes(body=new.body.with_changes(body=[first.with_changes(leading_lines=[*first.leading_lines, note]), *new.body.body[1:]]))
@@ -182,6 +192,6 @@ def _rewrite(src, found, plan: Plan, source: str) -> Rewrite:
         edits.update(launch.edits)
         changes += [Change(src.line(n), d) for n, d in launch.lines]
     new_source = C.apply_edits(src.module, edits).code
-    summary = (f"merged V tiles of {', '.join(f.name.value for f, _, _ in found)}: {plan.label} "
+    summary = (f"merged {', '.join(f'{_tiles(a)} of {f.name.value}' for f, a, _ in found)}: {plan.label} "
                f"(shared prologue once per program and token)")
     return C.applied_result(CODE, source, new_source, changes, summary, SAFETY, plan.label, plan.params)

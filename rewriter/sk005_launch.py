@@ -179,8 +179,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     for call, kernel, host in launches:
         if len(out) >= options.max_variants:
             break  # the variant budget is spent on the earlier launches
-        if any(C.last_part(C.dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) == "autotune"
-               for d in kernel.decorators):
+        if C.is_autotuned(kernel):
             reasons.append(f"line {src.line(call)}: {kernel.name.value} is autotuned; its configs choose the launch")
             continue
         out.extend(_variants(src, Launch(call, kernel, host, shape), statements[call], budget,

@@ -24,6 +24,7 @@ from skel.rewriter.tilemerge_axis import TileAxis
 class LaunchEdit:
     edits: dict  # original node -> (updated node -> new node)
     lines: list  # (node, description) for Change records
+    dim: str = ""  # the dimension the tiles split, as the grid's cdiv(D, B) names it
 
 
 def _binding(call: cst.Call, kernel: cst.FunctionDef, param: str) -> cst.Arg | None:
@@ -161,6 +162,7 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
             return f"the grid {C.code_of(grid)} has no cdiv(V, {block_text}) for the tile axis {axis.var}"
         cdiv = _cdiv_of(count, block_text, assigns)
         v_text = C.code_of(cdiv.args[0].value)
+        out.dim = v_text
         cdiv_fn = C.code_of(cdiv.func)
         npow = cdiv_fn[: -len("cdiv")] + "next_power_of_2"
         split = programs * ns
