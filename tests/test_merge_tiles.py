@@ -268,6 +268,19 @@ def test_other_fla_kernels_with_tuple_assigned_tiles_match_original(fla_corpus, 
         _close(s1, s0, f"comba {plan} state")
 
 
+def test_the_axis_with_the_most_repeated_work_is_merged_and_autotune_keeps_its_warps(fla_corpus):
+    """fla-core's RWKV6 decode tiles both K and V (BK, BV = min(..., 32), min(..., 32)) and is autotuned over
+    num_warps: the V tiles (which repeat the q, k, w loads) are merged, not the K tiles, and the launch gets
+    no num_warps of its own (checked statically: the autotuner does not run in the interpreter)."""
+    src = (fla_corpus / "fla/ops/rwkv6/fused_recurrent.py").read_text()
+    [r] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [(2, 1, 2, True)]),)))
+    assert r.applied and r.variant == "P=2,NS=1,num_warps=autotuned,prefetch"
+    fwd_host = r.source[r.source.index("def fused_recurrent_rwkv6_fwd("):r.source.index("def fused_recurrent_rwkv6_bwd(")]
+    assert "BK, BV = min(triton.next_power_of_2(K), 32), triton.next_power_of_2(triton.cdiv(V, 2))" in fwd_host
+    assert "num_warps" not in fwd_host
+    assert "# skel SK002: V tiles merged (P=2,NS=1,num_warps=autotuned,prefetch)" in r.source
+
+
 # ------------------------------------------------------------------ refusals, with reasons
 
 
