@@ -42,20 +42,31 @@ TARGETS = {  # name -> (family, how the file is found)
 
 
 def label(plan) -> str:
-    p, ns, w, pf = plan
-    return f"P{p}NS{ns}W{w}" + ("pf" if pf else "")
+    p, ns, w, pf, *stages = plan
+    return f"P{p}NS{ns}W{w}" + ("pf" if pf else "") + (f"S{stages[0]}" if stages and stages[0] is not None else "")
 
 
-def generate(out_dir: Path, fla_root: Path) -> int:
+def parse_plans(text: str) -> list[tuple]:
+    """"4,2,1,1;4,1,1,1,1" -> [(4, 2, 1, True), (4, 1, 1, True, 1)]: P, NS, warps, prefetch[, num_stages]."""
+    out = []
+    for item in filter(None, text.split(";")):
+        p, ns, w, pf, *st = (int(v) for v in item.split(","))
+        out.append((p, ns, w, bool(pf), *st))
+    return out
+
+
+def generate(out_dir: Path, fla_root: Path, plans=None, targets=None) -> int:
     from skel.rewriter.base import RewriteOptions
     from skel.rewriter.sk002_merge_tiles import merge_tiles
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, (_fam, rel) in TARGETS.items():
+        if targets and name not in targets:
+            continue
         src_path = (fla_root / rel) if rel.startswith("fla/") else (ROOT / rel)
         src = src_path.read_text()
         (out_dir / f"{name}__orig.py").write_text(src)
-        for plan in PLANS:
+        for plan in plans or PLANS:
             [r] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [plan]),)))
             print(name, label(plan), r.status, r.reason[:100])
             if r.applied:
@@ -99,7 +110,7 @@ def _caller(name: str, mod, scale: float):
     return call
 
 
-def run(gen_dir: Path, out_dir: str, reps: int, smoke: bool = False) -> int:
+def run(gen_dir: Path, out_dir: str, reps: int, smoke: bool = False, timed=None) -> int:
     """smoke: CPU interpreter, tiny shapes, two variants per target, numerics only."""
     import torch
     import triton
@@ -172,7 +183,7 @@ def run(gen_dir: Path, out_dir: str, reps: int, smoke: bool = False) -> int:
     P.make_inputs = make  # timing sets are X instances (check False: no extra copies)
     results = []
     partial = open(os.path.join(out_dir, "merge_tiles_rewritten_partial.jsonl"), "w")
-    for T, N in SHAPES:
+    for T, N in timed or SHAPES:
         if True:
             shape = (N, T, H, HV, K, V)
             t0 = time.time()
@@ -188,7 +199,7 @@ def run(gen_dir: Path, out_dir: str, reps: int, smoke: bool = False) -> int:
             print(f"T={T} N={N} timed in {time.time() - t0:.1f}s", flush=True)
     with open(os.path.join(out_dir, "merge_tiles_rewritten.json"), "w") as f:
         json.dump({"info": info, "checks": checks, "results": results}, f, indent=1)
-    cols = list(SHAPES)
+    cols = list(timed or SHAPES)
     print("\nvariant                 " + " ".join(f"T{T}N{N:<3d}        " for T, N in cols))
     for r in good:
         base = r.name.split(":")[0] + ":orig"
@@ -210,11 +221,15 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", tempfile.mkdtemp(prefix="mtr_")))
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--smoke", action="store_true", help="with --run: CPU interpreter, tiny shapes, numerics only")
+    ap.add_argument("--plans", default="", help='with --generate: "P,NS,W,prefetch[,stages];..." instead of PLANS')
+    ap.add_argument("--targets", default="", help="with --generate: comma-separated names of TARGETS")
+    ap.add_argument("--shapes", default="", help='with --run: "TxN,..." (e.g. 8x64,1x32) instead of SHAPES')
     a = ap.parse_args()
     if a.generate:
-        return generate(a.generate, a.fla_root)
+        return generate(a.generate, a.fla_root, parse_plans(a.plans) or None, set(filter(None, a.targets.split(","))))
     if a.run:
-        return run(a.run, a.out, a.reps, a.smoke)
+        shapes = [tuple(int(v) for v in item.split("x")) for item in filter(None, a.shapes.split(","))]
+        return run(a.run, a.out, a.reps, a.smoke, shapes or None)
     ap.error("give --generate DIR (CPU, needs the skel package) or --run DIR (GPU)")
     return 2
 
