@@ -238,7 +238,7 @@ def test_cli_json_shape_and_exit_code(tree, catalog_path, tmp_path, capsys):
     rc = main(["mine", str(tree), str(tmp_path / "missing.py"), "--json", "--catalog", str(catalog_path),
                "--no-progress", "--jobs", "1"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0  # mining is not a check, even with errors
+    assert rc == 1  # the run went on (two kernels mined), but one input could not be read
     assert set(out) == {"files", "kernels", "instances", "opportunities", "errors"}
     assert out["files"] == 4 and out["kernels"] == 2
     assert out["errors"] == [{"path": str(tmp_path / "missing.py"), "error": "no such file or directory"}]

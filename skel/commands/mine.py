@@ -7,7 +7,7 @@ import sys
 import time
 
 from skel.commands.common import add_catalog, add_json, emit_json
-from skel.errors import EXIT_OK, UsageError
+from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 EPILOG = """\
 What is mined: .py files that mention triton and jit (Triton kernels) and CUDA/C++
@@ -23,9 +23,11 @@ Bad input (syntax errors, non-UTF-8 or binary files, empty files named on the co
 line, files over --max-bytes, unreadable files, broken links, symlink loops, paths that
 do not exist) is listed under errors with a reason; the run goes on.
 
-Exit status: 0 when the run completes, whatever it found or could not read (mining is
-not a check: see `skel match` for a verdict on one file); 2 for a usage error or an
-unusable catalog.
+Exit status: 0 when every input was read (whatever it found: mining is not a check;
+`skel match` gives a verdict on one file); 1 when some inputs could not be mined: each is
+listed with its reason, and everything else was mined and recorded; 2 for a usage error
+or an unusable catalog. With --history, files of past commits that do not parse are
+listed but leave the status at 0: they are history, not input.
 
 History (--history): PATH must be a git checkout or a bare repository. Every non-merge
 commit that changed a Triton kernel file or a CUDA/C++ file with __global__/__device__
@@ -119,7 +121,7 @@ def handler(args) -> int:
         for line in tally(report):
             print(line)
     print(report.summary(), file=sys.stderr)
-    return EXIT_OK
+    return EXIT_FINDINGS if report.errors else EXIT_OK
 
 
 def _history(args) -> int:
@@ -158,9 +160,10 @@ def _variants(args) -> int:
     if missing:
         raise UsageError(f"skel mine --variants: {missing[0]}: no such file or directory")
     report = mine_variants(args.paths, catalog=args.catalog, min_support=args.min_support, force=args.force)
+    status = EXIT_FINDINGS if report.errors else EXIT_OK  # a file the user named could not be mined
     if args.json:
         emit_json(report.to_json())
-        return EXIT_OK
+        return status
     for path, error in report.errors:
         print(f"{path}: error: {error}")
     for p in report.pairs:
@@ -173,7 +176,7 @@ def _variants(args) -> int:
         print(f"{c.code}  score {d['score']:g}: {first['before'] or '(insert)'} => {first['after'] or '(delete)'}"
               + (f" (+{len(d['edits']) - 1} edits)" if len(d["edits"]) > 1 else ""))
     print(report.summary(), file=sys.stderr)
-    return EXIT_OK
+    return status
 
 
 def tally(report) -> list[str]:
