@@ -211,8 +211,6 @@ def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int]
 
     from skel.validate.spec import Shape
 
-    if not binding.family and not isinstance(_shape_arg(shape_set), list):
-        return ()  # no spec names the set's shapes: nothing is pruned
     try:
         arg = _shape_arg(shape_set)
         shapes = [Shape.parse(s) for s in arg] if isinstance(arg, list) else load_spec(binding.spec).shapes(arg)

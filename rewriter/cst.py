@@ -274,6 +274,13 @@ def apply_edits(module: cst.Module, edits: dict[cst.CSTNode, Callable[[cst.CSTNo
     return module.visit(T())
 
 
+def chain_edit(edits: dict, key: cst.CSTNode, fn: Callable[[cst.CSTNode], object]) -> None:
+    """Add an ``apply_edits`` edit of ``key`` that runs after any already there (two kernels' launch
+    edits may change elements of one host tuple assignment)."""
+    prev = edits.get(key)
+    edits[key] = fn if prev is None else (lambda u, f=fn, p=prev: f(p(u)))
+
+
 def expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)
 

@@ -74,7 +74,8 @@ def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> s
     dim = _dispatch_dim([b for b, _ in variants], dims)
     if dim is None:
         raise ValueError(f"cannot dispatch between buckets {[b for b, _ in variants]}: no separating dimension "
-                         f"among {sorted(dims)}")
+                         f"among {sorted(dims)} (the dims the launcher's arguments show; a harness can name them "
+                         "in TargetSpec.dims)")
     ordered = sorted(variants, key=lambda bv: Shape.parse(bv[0])[dim])
     base_bucket, base = ordered[0]
     base_defs = _defs(base)

@@ -92,14 +92,19 @@ DEFAULT_PLANS = (
 )
 
 
-def _plans(options: RewriteOptions) -> list[Plan]:
+def _plans(options: RewriteOptions, autotuned: bool = False) -> list[Plan]:
+    """The plans to emit: given or default, pruned by the register budget at the target shape, at most
+    ``max_variants``. ``autotuned``: every kernel's configs choose warps and stages, so plans differ in
+    P, NS and prefetch only, and the budget (which depends on the warps) cannot prune them."""
     extra = dict(options.extra)
     given = extra.get("sk002_variants")
     plans = ([Plan(*map(int, p[:3]), bool(p[3]), int(p[4]) if len(p) > 4 and p[4] is not None else None)
               for p in given] if given else list(DEFAULT_PLANS))
     shape = dict(options.shape)
     k, v = shape.get("K"), shape.get("V")
-    if k and v:  # prune by the register budget when the target shape is known
+    if autotuned:
+        plans = list(dict.fromkeys(dataclasses.replace(p, warps=None, stages=None) for p in plans))
+    elif k and v:  # prune by the register budget when the target shape is known
         plans = [p for p in plans if _pow2(k) * _pow2(-(-v // (p.programs * p.subtiles))) * p.subtiles
                  <= MAX_STATE_PER_THREAD * 32 * p.warps]
     return plans[: max(1, options.max_variants)]
@@ -115,7 +120,7 @@ def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
     if isinstance(src, str):
         return C.failed(CODE, source, src, SAFETY)
     if MARKER in source:
-        return C.skip(CODE, SAFETY, source, f"already applied: V tiles already merged (the file carries the '# {MARKER}' marker)")
+        return C.skip(CODE, SAFETY, source, f"already applied: tiles already merged (the file carries the '# {MARKER}' marker)")
     pos = src.line
     found, why = [], []
     for func in C.kernels(src.module, options):
@@ -123,9 +128,11 @@ def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
         (found if not isinstance(target, str) else why).append(target if not isinstance(target, str) else f"{func.name.value}: {target}")
     if not found:
         return C.skip(CODE, SAFETY, source, "; ".join(why) or "no @triton.jit kernel in the file")
-    plans = _plans(options)
-    if any(C.is_autotuned(func) for func, _, _ in found):  # its configs choose warps and stages: vary the rest
-        plans = list(dict.fromkeys(dataclasses.replace(p, warps=None, stages=None) for p in plans))
+    plans = _plans(options, autotuned=all(C.is_autotuned(func) for func, _, _ in found))
+    if not plans:
+        shape = dict(options.shape)
+        return C.skip(CODE, SAFETY, source, f"no plan keeps the state within {MAX_STATE_PER_THREAD} fp32 elements "
+                                            f"per thread at K={shape.get('K')}, V={shape.get('V')}")
     return [_rewrite(src, found, plan, source) for plan in plans]
 
 
@@ -149,7 +156,8 @@ def _target(module: cst.Module, func: cst.FunctionDef, pos):
         if not shared:
             reasons.append(f"{axis.var}: nothing computed in a loop is shared by the tiles (no repeated prologue to merge)")
             continue
-        usable.append((func, axis if axis.dim else dataclasses.replace(axis, dim=launch.dim or None), shared))
+        named = launch.dim if launch.dim.isidentifier() else None  # "V", not "v.shape[-1]"
+        usable.append((func, axis if axis.dim else dataclasses.replace(axis, dim=named), shared))
     if not usable:
         return "; ".join(reasons)
     # Of several tile axes (V and K tiles, say), merge the one whose tiles repeat the most loop work.
@@ -173,6 +181,9 @@ def _rewrite(src, found, plan: Plan, source: str) -> Rewrite:
         tiles = A.tile_dependent(new, axis.var)
         if plan.programs == 1:
             new = remove_tile_axis(new, axis)
+            if isinstance(new, str):  # this plan only: plans with P > 1 keep the tile index
+                return Rewrite(CODE, "skipped", source, f"{func.name.value}: {new}", variant=plan.label,
+                               params=plan.params, safety=SAFETY)
             changes.append(Change(axis.line, f"tile index {axis.var} removed: one program per (sequence, head)"))
         else:
             new = widen_tile_count(new, axis, plan.subtiles)
@@ -186,10 +197,15 @@ def _rewrite(src, found, plan: Plan, source: str) -> Rewrite:
         edits[func] = (lambda n: (lambda _u: n))(new)
         changes.append(Change(src.line(func), f"{func.name.value}: {plan.subtiles} register sub-tile(s) per program, "
                                               f"{plan.programs} program(s) per head"))
-        launch = L.plan(src.module, func, axis, plan.programs, plan.subtiles, plan.warps, plan.stages)
+        auto = C.is_autotuned(func)  # its configs choose warps and stages, whatever the plan says
+        if auto and plan.warps is not None:
+            changes.append(Change(src.line(func), f"{func.name.value} is autotuned: num_warps/num_stages left to its configs"))
+        launch = L.plan(src.module, func, axis, plan.programs, plan.subtiles,
+                        None if auto else plan.warps, None if auto else plan.stages)
         if isinstance(launch, str):  # checked in _target with the same code path
             return C.failed(CODE, source, launch, SAFETY)[0]
-        edits.update(launch.edits)
+        for key, fn in launch.edits.items():
+            C.chain_edit(edits, key, fn)
         changes += [Change(src.line(n), d) for n, d in launch.lines]
     new_source = C.apply_edits(src.module, edits).code
     summary = (f"merged {', '.join(f'{_tiles(a)} of {f.name.value}' for f, a, _ in found)}: {plan.label} "

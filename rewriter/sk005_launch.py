@@ -182,7 +182,11 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         if C.is_autotuned(kernel):
             reasons.append(f"line {src.line(call)}: {kernel.name.value} is autotuned; its configs choose the launch")
             continue
-        out.extend(_variants(src, Launch(call, kernel, host, shape), statements[call], budget,
+        stmt = statements.get(call)
+        if stmt is None:  # e.g. ``if x: kernel[grid](...)`` on one line: no statement line of its own to mark
+            reasons.append(f"line {src.line(call)}: the launch shares a compound statement's line; not varied")
+            continue
+        out.extend(_variants(src, Launch(call, kernel, host, shape), stmt, budget,
                              options.max_variants - len(out), reasons))
     if not out:
         return C.skip(CODE, SAFETY, source, "not applicable: " + "; ".join(reasons or ["no launch variant within the resource bounds"]))

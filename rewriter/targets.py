@@ -59,8 +59,8 @@ class TargetBinding:
     dims: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict:
-        return {"path": str(self.path), "family": self.family, "spec": str(self.spec), "entry": self.entry,
-                "how": self.how}
+        return {"path": str(self.path), "family": self.family, "spec": str(self.spec) if self.family else None,
+                "entry": self.entry, "how": self.how}
 
 
 class NotRecognised(UsageError):
@@ -116,31 +116,37 @@ def _bind_harness(path: Path, harness: Path) -> TargetBinding:
         spec = load_spec(ref.spec)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
-    dims = tuple(spec.dims) or infer_dims(spec)
-    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}", dims)
+    dims, note = (tuple(spec.dims), "") if spec.dims else infer_dims(spec)
+    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}" + (f"; {note}" if note else ""), dims)
 
 
-def infer_dims(spec) -> tuple[tuple[str, str], ...]:
-    """Each shape dim as ``arg.shape[axis]`` of the entry's tensor arguments, found by building the ci
-    shapes' inputs on the CPU (the harness's own code; they are tiny): the first (argument, axis) whose
-    size equals the dim at every ci shape. A dim no argument shows (or one all ci shapes agree on with
-    another dim everywhere) may come out ambiguous; the dispatch only uses a dim that separates buckets."""
+def infer_dims(spec) -> tuple[tuple[tuple[str, str], ...], str]:
+    """Each shape dim as ``arg.shape[axis]`` of the entry's tensor arguments, read off the ci shapes'
+    inputs built on the CPU (the harness's own code; they are tiny): an (argument, axis) whose size
+    equals the dim at every ci shape and equals no other dim at all of them. Returns the dims found and
+    a note naming the ones left out (ambiguous or not shown by any argument), or why nothing was built."""
     import torch
 
     shapes = spec.shape_sets["ci"]
     try:
         inputs = [spec.make_inputs(shape, spec.dtypes[0], 0, "cpu") for shape in shapes]
-    except Exception:  # the harness cannot build inputs on a CPU: no dispatch, apply says so when it matters
-        return ()
-    out = []
-    for dim, _ in shapes[0].dims:
-        for arg, value in inputs[0].items():
-            if not isinstance(value, torch.Tensor):
-                continue
-            axis = next((a for a in range(value.dim())
-                         if all(isinstance(x.get(arg), torch.Tensor) and x[arg].dim() > a and x[arg].shape[a] == s[dim]
-                                for x, s in zip(inputs, shapes))), None)
-            if axis is not None:
-                out.append((dim, f"{arg}.shape[{axis}]"))
-                break
-    return tuple(out)
+    except Exception as exc:  # noqa: BLE001 - the harness's own failure, reported in the note
+        return (), f"shape dims for a dispatch not inferred ({type(exc).__name__}: {exc}); give TargetSpec.dims"
+    names = [d for d, _ in shapes[0].dims]
+
+    def size(x, arg, a):
+        t = x.get(arg)
+        return t.shape[a] if isinstance(t, torch.Tensor) and t.dim() > a else None
+
+    pairs = [(arg, a) for arg, t in inputs[0].items() if isinstance(t, torch.Tensor) for a in range(t.dim())]
+    matches = {p: {d for d in names if all(size(x, *p) == s[d] for x, s in zip(inputs, shapes))} for p in pairs}
+    out, left = [], []
+    for dim in names:
+        pair = next((p for p in pairs if matches[p] == {dim}), None)
+        if pair is None:
+            left.append(dim)
+        else:
+            out.append((dim, f"{pair[0]}.shape[{pair[1]}]"))
+    note = (f"no argument axis tells {', '.join(left)} apart in the ci shapes (a dispatch cannot use them; "
+            "TargetSpec.dims can name them)") if left else ""
+    return tuple(out), note

@@ -7,7 +7,10 @@ At each ``kernel[grid](...)`` launch in the file:
   grid or as a grid axis of its own) goes when one program serves a head (P = 1), or becomes
   ``cdiv(V, BV * NS)`` for P programs per head each owning NS sub-tiles;
 - BV is set where it was set, to ``next_power_of_2(cdiv(V, P * NS))``, so that P programs of
-  NS sub-tiles cover V; ``num_warps`` is the variant's.
+  NS sub-tiles cover V (a BV bound any other way than one plain or tuple assignment in the host
+  function, e.g. a parameter, a module constant or an annotated assignment, is refused: the grid
+  could not be kept consistent with it); ``num_warps``/``num_stages`` are the variant's unless the
+  kernel is autotuned.
 """
 from __future__ import annotations
 
@@ -45,6 +48,9 @@ def _host_assigns(host: cst.FunctionDef) -> dict[str, list[tuple[cst.Assign | No
     out: dict[str, list[tuple[cst.Assign | None, cst.BaseExpression | None, int | None]]] = {}
     for small, *_ in F.walk(host.body.body):
         name = F.single_target(small)
+        if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+            out.setdefault(small.target.value, []).append((None, None, None))
+            continue
         if name and isinstance(small, cst.Assign):
             out.setdefault(name, []).append((small, small.value, None))
         elif name:
@@ -57,6 +63,30 @@ def _host_assigns(host: cst.FunctionDef) -> dict[str, list[tuple[cst.Assign | No
                 if isinstance(e, cst.Name):
                     row = (small, values[i], i) if len(values) == len(names) else (None, None, None)
                     out.setdefault(e.value, []).append(row)
+                else:  # a nested target: none of its names is followed
+                    for n in C.names_in(e):
+                        out.setdefault(n, []).append((None, None, None))
+    for node in _bound_elsewhere(host):
+        out.setdefault(node, []).append((None, None, None))
+    return out
+
+
+def _bound_elsewhere(host: cst.FunctionDef) -> set[str]:
+    """Names the host binds other than by assignment: parameters, loop, with and walrus targets."""
+    out = {p.name.value for p in C.params(host)}
+
+    class V(cst.CSTVisitor):
+        def visit_For(self, n: cst.For) -> None:
+            out.update(C.names_in(n.target))
+
+        def visit_WithItem(self, n: cst.WithItem) -> None:
+            if n.asname is not None:
+                out.update(C.names_in(n.asname.name))
+
+        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
+            out.update(C.names_in(n.target))
+
+    host.body.visit(V())
     return out
 
 
@@ -139,11 +169,13 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
         if arg is None:
             return f"the launch of {kernel.name.value} does not pass {axis.block}"
         value, owner, index = arg.value, None, None
-        if isinstance(value, cst.Name) and value.value in assigns:
-            rows = assigns[value.value]
+        if isinstance(value, cst.Name):
+            rows = assigns.get(value.value, [])
             if len(rows) != 1 or rows[0][0] is None:
-                return (f"{axis.block} is assigned {len(rows)} times in {host.name.value}" if len(rows) != 1 else
-                        f"{axis.block} is assigned in {host.name.value} in a way this rewrite does not follow")
+                how = (f"assigned {len(rows)} times" if len(rows) > 1 else "bound as a parameter, loop or annotated target"
+                       if rows else "not assigned (a module constant or global)")
+                return (f"the launch passes {axis.block}={value.value}, which {host.name.value} has {how}: "
+                        "this rewrite changes the tile width only where one plain or tuple assignment sets it")
             owner, value, index = rows[0]
         if _covers(value):
             return f"{axis.block} = {C.code_of(value)}: one tile covers the dimension (NV = 1), nothing to merge"
@@ -168,9 +200,9 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
         split = programs * ns
         width = f"{npow}({v_text})" if split == 1 else f"{npow}({cdiv_fn}({v_text}, {split}))"
         if owner is not None:
-            out.edits[owner] = _set_value(owner, index, width)
+            C.chain_edit(out.edits, owner, _set_value(owner, index, width))
             out.lines.append((owner, f"{axis.block} = {width}: the sub-tile width ({ns} per program, {programs} per head)"))
-        else:
+        else:  # the width is written at the launch: the grid's count must be rewritten with it below
             out.edits[arg] = lambda u, w=width: u.with_changes(value=cst.parse_expression(w))
         el = grid.elements[elem_i]
         if programs == 1:
@@ -184,10 +216,11 @@ def plan(module: cst.Module, kernel: cst.FunctionDef, axis: TileAxis, programs: 
                 rest = rest if rest is not None else cst.Integer("1")
                 out.edits[el.value] = lambda u, r=rest: r
             out.lines.append((call, f"grid without the V-tile count {C.code_of(count)}: one program per (sequence, head)"))
-        elif ns > 1:
-            wider = cst.parse_expression(f"{cdiv_fn}({v_text}, {block_text} * {ns})")
+        elif ns > 1 or owner is None:
+            tile = block_text if owner is not None else f"({width})"
+            wider = cst.parse_expression(f"{cdiv_fn}({v_text}, {tile} * {ns})" if ns > 1 else f"{cdiv_fn}({v_text}, {tile})")
             out.edits[count] = lambda u, w=wider: w
-            out.lines.append((call, f"grid: {programs} programs per head, {ns} sub-tiles each"))
+            out.lines.append((call, f"grid: {programs} programs per head, {ns} sub-tile(s) each"))
         if warps is not None:
             _set_warps(out, call, warps)
         if stages is not None:

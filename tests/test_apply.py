@@ -93,6 +93,23 @@ def test_a_user_harness_judges_a_kernel_skel_does_not_know(fla_corpus, tmp_path,
     assert result.accepted, result.reasons
 
 
+def test_inferred_dims_leave_out_what_the_ci_shapes_cannot_tell_apart():
+    import dataclasses
+
+    from skel.rewriter.targets import infer_dims
+    from skel.validate.load import load_spec
+    from skel.validate.spec import Shape
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / "fla_delta_rule" / "spec.py")
+    one = dataclasses.replace(spec, shape_sets={**spec.shape_sets, "ci": (Shape.of(N=2, T=1, H=2, K=32, V=32),)})
+    dims, note = infer_dims(one)
+    assert dims == (("T", "q.shape[1]"),)  # N = H and K = V at the only ci shape: those cannot be read
+    assert "N, H, K, V" in note and "TargetSpec.dims" in note
+    broken = dataclasses.replace(spec, make_inputs=lambda *a: 1 / 0)
+    assert infer_dims(broken) == ((), "shape dims for a dispatch not inferred (ZeroDivisionError: division by zero); "
+                                      "give TargetSpec.dims")
+
+
 def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
     target = tmp_path / "kda.py"
     shutil.copy(KDA, target)

@@ -281,6 +281,44 @@ def test_the_axis_with_the_most_repeated_work_is_merged_and_autotune_keeps_its_w
     assert "# skel SK002: V tiles merged (P=2,NS=1,num_warps=autotuned,prefetch)" in r.source
 
 
+def test_launch_edge_cases_are_refused_or_kept_consistent(fla_corpus):
+    """Review findings, each once: a tile width bound other than by one assignment is refused; a count
+    still used after the tile index goes skips the P=1 plans only; dropping the count keeps the other
+    factors' parentheses; one autotuned kernel leaves the other kernels' warps to the plan; an autotuned
+    kernel is not pruned by a warps budget it does not control."""
+    import libcst as cst
+
+    from skel.rewriter.tilemerge_axis import TileAxis
+    from skel.rewriter.tilemerge_replicate import _without_count
+
+    gdn = (ROOT / "kernels" / "gdn_decode" / "kernel.py").read_text()
+    for src in (gdn.replace("    BV = 8\n", "    BV: int = 8\n"),
+                gdn.replace("def gdn_decode(q, k,", "def gdn_decode(BV, q, k,").replace("    BV = 8\n", "")):
+        [r] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [(4, 1, 1, True)]),)))
+        assert r.status == "skipped" and "changes the tile width only where one plain or tuple assignment" in r.reason
+
+    delta = (fla_corpus / "fla/ops/delta_rule/fused_recurrent.py").read_text()
+    odd = delta.replace("i_v, i_k, i_nh = pid % NV, (pid // NV) % NK, (pid // (NV * NK)).to(tl.int64)",
+                        "i_v, i_k, i_nh = pid % NV, (pid % (NV * NK)) // NV, (pid // (NV * NK)).to(tl.int64)", 1)
+    assert odd != delta
+    one, two = merge_tiles(odd, RewriteOptions(extra=(("sk002_variants", [(1, 2, 4, True), (2, 1, 2, True)]),)))
+    assert one.status == "skipped" and "still uses it" in one.reason and two.applied
+
+    axis = TileAxis("i_v", "BV", "mod", None, "NV", "V", 1)
+    assert cst.Module([]).code_for_node(_without_count(cst.parse_expression("((A + B) * NV * C)"), axis)) == "((A + B) * C)"
+
+    tuned = delta.replace("@triton.heuristics({\n    'USE_INITIAL_STATE': lambda args: args['h0'] is not None,\n    'USE_FINAL_STATE_GRADIENT'",
+                          "@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['BK'])\n"
+                          "@triton.heuristics({\n    'USE_INITIAL_STATE': lambda args: args['h0'] is not None,\n    'USE_FINAL_STATE_GRADIENT'", 1)
+    assert tuned != delta
+    [r] = merge_tiles(tuned, RewriteOptions(extra=(("sk002_variants", [(2, 1, 2, True)]),)))
+    fwd = r.source[r.source.index("def fused_recurrent_delta_rule_fwd("):r.source.index("def fused_recurrent_delta_rule_bwd(")]
+    assert r.applied and "num_warps=2" in fwd and "is autotuned" in " ".join(c.description for c in r.changes)
+
+    rwkv = (fla_corpus / "fla/ops/rwkv6/fused_recurrent.py").read_text()
+    assert merge_tiles(rwkv, RewriteOptions(shape=(("K", 256), ("V", 256))))[0].applied
+
+
 # ------------------------------------------------------------------ refusals, with reasons
 
 
