@@ -281,6 +281,24 @@ def test_the_axis_with_the_most_repeated_work_is_merged_and_autotune_keeps_its_w
     assert "# skel SK002: V tiles merged (P=2,NS=1,num_warps=autotuned,prefetch)" in r.source
 
 
+def test_a_tile_width_written_at_the_launch_rewrites_the_grid_with_it(tmp_path):
+    """``kernel[(triton.cdiv(V, 8), ...)](..., BV=8)``: no host variable carries the width, so the grid's
+    count is rewritten with the new width (P programs per head), or dropped (P = 1)."""
+    src = (ROOT / "kernels" / "gdn_decode" / "kernel.py").read_text()
+    lit = (src.replace("    BV = 8\n", "").replace("BK=BK, BV=BV,", "BK=BK, BV=8,")
+           .replace("gdn_decode_fwd_kernel[(triton.cdiv(V, BV), N * HV)]", "gdn_decode_fwd_kernel[(triton.cdiv(V, 8), N * HV)]"))
+    assert "BV=8," in lit and "cdiv(V, 8)" in lit
+    orig = _load(lit, tmp_path, "gdn_literal")
+    x = _kda_inputs(2, 3, 2, 4, 32, 64, seed=5, gate_per_k=False)
+    o0, s0 = _run_project(orig, "gdn_decode", x)
+    for plan in [(4, 1, 1, True), (2, 2, 2, True), (1, 2, 4, True)]:
+        out = _rewrite(lit, plan)
+        assert "cdiv(V, 8)" not in out
+        o1, s1 = _run_project(_load(out, tmp_path, "gdn_literal_sk002"), "gdn_decode", x)
+        _close(o1, o0, f"literal BV {plan} output")
+        _close(s1, s0, f"literal BV {plan} state")
+
+
 def test_launch_edge_cases_are_refused_or_kept_consistent(fla_corpus):
     """Review findings, each once: a tile width bound other than by one assignment is refused; a count
     still used after the tile index goes skips the P=1 plans only; dropping the count keeps the other
