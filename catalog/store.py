@@ -12,6 +12,8 @@ reported with its path and never modified.
 
 One ``Catalog`` per thread (sqlite3 connections are not shared across threads);
 any number of processes may open the same file.
+
+The queries that read the catalog back are in ``skel.catalog.queries``.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 from skel.catalog import schema
 from skel.catalog.candidates import HistoryStore
+from skel.catalog.queries import QueryStore
 from skel.catalog.records import (
     Evidence,
     Finding,
@@ -36,7 +39,6 @@ from skel.catalog.records import (
     ValidationRun,
     check_finding,
     check_run,
-    freeze,
     skeleton_hash,
 )
 from skel.errors import UsageError
@@ -86,7 +88,7 @@ def _dumps(value: object, what: str) -> str:
         raise RecordError(f"{what}: not storable as JSON ({exc})") from None
 
 
-class Catalog(HistoryStore):
+class Catalog(HistoryStore, QueryStore):
     def __init__(self, path: Path, conn: sqlite3.Connection, version: int):
         self.path = path
         self.version = version
@@ -231,10 +233,6 @@ class Catalog(HistoryStore):
         absent = sorted(set(known) - seen)
         return LibrarySync(tuple(added), tuple(changed), tuple(unchanged), tuple(absent))
 
-    def skeleton_entries(self) -> dict[str, dict]:
-        """Code -> the library entry (``Skeleton.to_json()``) as last synced."""
-        return {r["code"]: json.loads(r["entry_json"]) for r in self._q("SELECT code, entry_json FROM skeletons ORDER BY code")}
-
     # ------------------------------------------------------------------ mining
     def record_file(self, source: SourceRecord, kernels: Sequence = (), findings: Sequence[Finding] = ()) -> int:
         """Replace everything known about ``source.path`` with this file's kernels and findings.
@@ -280,50 +278,6 @@ class Catalog(HistoryStore):
         with self.transaction():
             return self._conn.execute("DELETE FROM sources WHERE path = ?", (str(path),)).rowcount > 0
 
-    def source_hash(self, path: str | Path) -> str | None:
-        """The content hash recorded for ``path`` (None if never mined): skip unchanged files."""
-        rows = self._q("SELECT content_hash FROM sources WHERE path = ?", (str(path),))
-        return rows[0]["content_hash"] if rows else None
-
-    def source(self, path: str | Path) -> SourceRecord | None:
-        rows = self._q("SELECT * FROM sources WHERE path = ?", (str(path),))
-        return _source(rows[0]) if rows else None
-
-    def sources(self, failed_only: bool = False) -> list[SourceRecord]:
-        sql = "SELECT * FROM sources" + (" WHERE error IS NOT NULL" if failed_only else "") + " ORDER BY path"
-        return [_source(r) for r in self._q(sql)]
-
-    def profiles(self, path: str | Path) -> list:
-        """The kernel profiles recorded for ``path``, in line order (the miner's content-hash cache)."""
-        from skel.miner.profile import KernelProfile
-
-        rows = self._q(
-            "SELECT k.profile_json FROM kernels k JOIN sources s ON s.id = k.source_id WHERE s.path = ? ORDER BY k.line",
-            (str(path),),
-        )
-        return [KernelProfile.from_json(json.loads(r["profile_json"])) for r in rows]
-
-    def findings(
-        self,
-        skeleton: str | None = None,
-        kind: str | None = None,
-        path: str | Path | None = None,
-        kernel: str | None = None,
-        limit: int | None = None,
-    ) -> list[Finding]:
-        """Findings filtered by any of skeleton code, kind, file path and kernel name, by path and line."""
-        clauses, args = [], []
-        for column, value in (("skeleton", skeleton and skeleton.upper()), ("kind", kind), ("path", path), ("kernel", kernel)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                args.append(str(value))
-        sql = "SELECT * FROM findings" + (" WHERE " + " AND ".join(clauses) if clauses else "")
-        sql += " ORDER BY path, line, skeleton, id"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(int(limit))
-        return [_finding(r) for r in self._q(sql, args)]
-
     # -------------------------------------------------------------- validation
     def record_validation(self, run: ValidationRun) -> int:
         """Store one measured (or refused) validation run; returns its id."""
@@ -338,53 +292,6 @@ class Catalog(HistoryStore):
                  run.ci_high, run.unit, run.gpu, run.torch_version, run.triton_version, run.source_hash, run.verdict,
                  run.reason, run.created_at or _now(), _dumps(dict(run.extra), what + " extra")),
             ).lastrowid
-
-    def validation_runs(self, skeleton: str | None = None, kernel: str | None = None) -> list[ValidationRun]:
-        """Runs involving ``skeleton`` (alone or combined with others) and/or of ``kernel``, oldest first."""
-        clauses, args = [], []
-        if skeleton is not None:
-            clauses.append("EXISTS (SELECT 1 FROM json_each(validation_runs.skeletons_json) j WHERE j.value = ?)")
-            args.append(skeleton.upper())
-        if kernel is not None:
-            clauses.append("kernel = ?")
-            args.append(kernel)
-        sql = "SELECT * FROM validation_runs" + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id"
-        return [_run(r) for r in self._q(sql, args)]
-
-    # ---------------------------------------------------------------- evidence
-    def evidence(self, code: str) -> Evidence:
-        """Everything the catalog knows for one skeleton: mined instances, opportunities, measured runs."""
-        code = code.upper()
-        # One read transaction so the three queries see the same snapshot under concurrent writers.
-        in_outer = self._depth > 0
-        if not in_outer:
-            self._conn.execute("BEGIN")
-        try:
-            instances = self.findings(skeleton=code, kind="instance")
-            opportunities = self._q(
-                "SELECT COUNT(*) AS n FROM findings WHERE skeleton = ? AND kind = 'opportunity'", (code,)
-            )[0]["n"]
-            runs = self.validation_runs(skeleton=code)
-        finally:
-            if not in_outer:
-                self._conn.execute("COMMIT")
-        return Evidence(code, tuple(instances), opportunities, tuple(runs))
-
-    def stats(self) -> Stats:
-        def count(sql: str) -> int:
-            return self._q(sql)[0][0]
-
-        return Stats(
-            path=str(self.path),
-            schema_version=self.version,
-            skeletons=count("SELECT COUNT(*) FROM skeletons"),
-            sources=count("SELECT COUNT(*) FROM sources"),
-            failed_sources=count("SELECT COUNT(*) FROM sources WHERE error IS NOT NULL"),
-            kernels=count("SELECT COUNT(*) FROM kernels"),
-            instances=count("SELECT COUNT(*) FROM findings WHERE kind = 'instance'"),
-            opportunities=count("SELECT COUNT(*) FROM findings WHERE kind = 'opportunity'"),
-            validation_runs=count("SELECT COUNT(*) FROM validation_runs"),
-        )
 
 
 # --------------------------------------------------------------------- helpers
@@ -461,22 +368,3 @@ def _kernel_id(kernel_ids: list[tuple[str, int, int, int]], f: Finding) -> int |
     inside = [k for k in named if k[1] <= f.line <= k[2]]
     chosen = inside or named
     return chosen[0][3] if chosen else None
-
-
-def _source(r: sqlite3.Row) -> SourceRecord:
-    return SourceRecord(r["path"], r["content_hash"], r["repo"], r["mtime"], r["size"], r["mined_at"], r["error"])
-
-
-def _finding(r: sqlite3.Row) -> Finding:
-    params = tuple((k, freeze(v)) for k, v in json.loads(r["params_json"]).items())
-    return Finding(r["skeleton"], r["kind"], r["path"], r["line"], r["end_line"], r["kernel"], params)
-
-
-def _run(r: sqlite3.Row) -> ValidationRun:
-    extra = tuple((k, freeze(v)) for k, v in json.loads(r["extra_json"]).items())
-    return ValidationRun(
-        skeletons=tuple(json.loads(r["skeletons_json"])), kernel=r["kernel"], shape=r["shape"], dtype=r["dtype"],
-        metric=r["metric"], verdict=r["verdict"], median=r["median"], ci_low=r["ci_low"], ci_high=r["ci_high"],
-        unit=r["unit"], gpu=r["gpu"], torch_version=r["torch_version"], triton_version=r["triton_version"],
-        source_hash=r["source_hash"], reason=r["reason"], created_at=r["created_at"], extra=extra, id=r["id"],
-    )

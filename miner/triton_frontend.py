@@ -27,7 +27,8 @@ from skel.miner.profile import (
     Dot, KernelProfile, Loop, MathOp, MemOp, Param, ProgramAxis, Reduction,
 )
 from skel.miner.pyexpr import Source, arg, call_name, dotted, kwarg, literal
-from skel.miner.triton_body import BodyWalker, RawItem, HEAD_COUNT
+from skel.miner.triton_body import BodyWalker, HEAD_COUNT
+from skel.miner.triton_body_ops import RawItem
 from skel.miner.triton_launch import ModuleIndex, Scope, find_launches, launch_site, module_scope
 from skel.miner.triton_tune import tune_configs
 
