@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from skel.rewriter.targets import dispatch_dims
 from skel.validate.spec import Shape
 
 
@@ -69,13 +70,14 @@ def _dispatch_dim(buckets: list[str], dims: dict[str, str]) -> str | None:
 
 def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> str:
     """variants: [(bucket label, rewritten source)], bucket labels like "T1-H32-HV32-K128-V128"."""
-    dims = dict(binding.dims)
+    found, note = dispatch_dims(binding)
+    dims = dict(found)
     entry = binding.entry
     dim = _dispatch_dim([b for b, _ in variants], dims)
     if dim is None:
         raise ValueError(f"cannot dispatch between buckets {[b for b, _ in variants]}: no separating dimension "
                          f"among {sorted(dims)} (the dims the launcher's arguments show; a harness can name them "
-                         "in TargetSpec.dims)")
+                         "in TargetSpec.dims)" + (f"; {note}" if note else ""))
     ordered = sorted(variants, key=lambda bv: Shape.parse(bv[0])[dim])
     base_bucket, base = ordered[0]
     base_defs = _defs(base)

@@ -116,8 +116,18 @@ def _bind_harness(path: Path, harness: Path) -> TargetBinding:
         spec = load_spec(ref.spec)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
-    dims, note = (tuple(spec.dims), "") if spec.dims else infer_dims(spec)
-    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}" + (f"; {note}" if note else ""), dims)
+    # dims the spec does not give are inferred when a dispatch needs them (dispatch_dims), not at every bind
+    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}", tuple(spec.dims))
+
+
+def dispatch_dims(binding: TargetBinding) -> tuple[tuple[tuple[str, str], ...], str]:
+    """The dims a dispatch may read: the binding's own, or for a harness that gives none, those
+    ``infer_dims`` reads off its ci inputs (with its note on what it could not read)."""
+    if binding.dims or not binding.how.startswith("harness"):
+        return binding.dims, ""
+    from skel.validate.load import load_spec
+
+    return infer_dims(load_spec(binding.spec))
 
 
 def infer_dims(spec) -> tuple[tuple[tuple[str, str], ...], str]:
