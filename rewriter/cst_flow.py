@@ -76,13 +76,14 @@ def dependencies(func: cst.FunctionDef) -> dict[str, list[tuple[Chain, set[str]]
                     deps.setdefault(name, []).append((chain, read))
         elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
             deps.setdefault(small.target.value, []).append((chain, names_in(small.value) | {small.target.value}))
-    for stmt in _fors(func):
+    for stmt in fors(func):
         for name in assigned_names(cst.Expr(stmt.target)) if not isinstance(stmt.target, cst.Name) else {stmt.target.value}:
             deps.setdefault(name, []).append(((), names_in(stmt.iter)))
     return deps
 
 
-def _fors(node: cst.CSTNode) -> list[cst.For]:
+def fors(node: cst.CSTNode) -> list[cst.For]:
+    """Every for-loop under ``node``, outermost first."""
     found: list[cst.For] = []
 
     class V(cst.CSTVisitor):

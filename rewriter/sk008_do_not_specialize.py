@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 
 CODE = "SK008"
@@ -24,7 +25,7 @@ _INT = {"int", "int32", "int64", "uint32", "uint64"}
 def shape_params(kernel: cst.FunctionDef) -> list[str]:
     """Runtime shape parameters, in signature order."""
     bounds: set[str] = set()
-    for loop in [n for n in _fors(kernel)]:
+    for loop in F.fors(kernel):
         if isinstance(loop.iter, cst.Call) and C.last_part(C.call_name(loop.iter)) in ("range", "static_range"):
             for arg in loop.iter.args:
                 if arg.keyword is None:
@@ -37,17 +38,6 @@ def shape_params(kernel: cst.FunctionDef) -> list[str]:
         if name in bounds or ann in _INT:
             out.append(name)
     return out
-
-
-def _fors(node):
-    found = []
-
-    class V(cst.CSTVisitor):
-        def visit_For(self, n):
-            found.append(n)
-
-    node.visit(V())
-    return found
 
 
 def _listed(dec: cst.Decorator) -> tuple[list[str], cst.Arg | None]:
