@@ -35,6 +35,8 @@ import tempfile
 import time
 from dataclasses import dataclass, asdict
 
+import graph_timing as G
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -491,62 +493,23 @@ def roofline_bytes(family, N, T, H, HV, K, V) -> int:
     return state + io + HV * 4 + HV * gk * 4
 
 
-def copy_bandwidth(torch) -> float:
-    """Device-to-device copy of 1 GiB, bytes read + written per second (median of graph replays)."""
-    n = 1 << 28
-    src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(20):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    times.sort()
-    del src, dst
-    return 2 * n * 4 / times[len(times) // 2]
-
-
 def time_shape(torch, rs: list[Runner], shape0, reps: int):
     """Median us per call for each runner; all runners interleaved replay by replay."""
     N, T, H, HV, K, V = shape0
     state_bytes = N * HV * K * V * 4
     R = max(2, math.ceil(240e6 / state_bytes))  # rotate sets: >120 MB of state per replay
-    graphs = {}
+    graphs, alive = {}, []
     for r in rs:
         if r.t1_only and T != 1:
             continue
         shp = family_shape(r.family, shape0)
         sets = [make_inputs(torch, *shp, "cuda", 1000 + i, r.vfirst, r.family) for i in range(R)]
-        for x in sets:  # warm up (compile) outside the capture
-            r.call(x)
-        torch.cuda.synchronize()
-        gr = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(gr):
-            for x in sets:
-                r.call(x)
-        gr.replay()
-        torch.cuda.synchronize()
-        graphs[r.name] = (gr, sets)
-    times = {n: [] for n in graphs}
-    for _ in range(reps):
-        for n, (gr, _) in graphs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            gr.replay()
-            b.record()
-            b.synchronize()
-            times[n].append(a.elapsed_time(b) * 1e3 / R)
+        graphs[r.name] = G.capture(torch, r.call, sets)
+        alive.append(sets)
     out = {}
-    for n, ts in times.items():
-        ts.sort()
+    for n, ts in G.interleaved_us(torch, graphs, reps, R).items():
         out[n] = {"p50": ts[len(ts) // 2], "p20": ts[len(ts) // 5], "p80": ts[(4 * len(ts)) // 5]}
-    del graphs
+    del graphs, alive
     torch.cuda.empty_cache()
     return out, R
 
@@ -637,7 +600,7 @@ def gpu_main(out_dir: str, reps: int, only: str | None, set_name: str) -> int:
         regs[var.name] = (getattr(ck, "n_regs", None), getattr(ck, "n_spills", None))
     info["regs_spills"] = regs
     print("regs/spills", regs, flush=True)
-    bw = copy_bandwidth(torch)
+    bw = G.copy_bandwidth(torch)
     info["copy_bw_TBps"] = bw / 1e12
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
     results = []

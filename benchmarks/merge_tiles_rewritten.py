@@ -115,6 +115,7 @@ def run(gen_dir: Path, out_dir: str, reps: int, smoke: bool = False, timed=None)
     import torch
     import triton
 
+    import graph_timing as G
     import merge_tiles_probe as P
 
     os.makedirs(out_dir, exist_ok=True)
@@ -177,7 +178,7 @@ def run(gen_dir: Path, out_dir: str, reps: int, smoke: bool = False, timed=None)
     if smoke:
         print("failed:", [r.name for r in rs if r not in good])
         return 0 if len(good) == len(rs) else 1
-    bw = P.copy_bandwidth(torch)
+    bw = G.copy_bandwidth(torch)
     info["copy_bw_TBps"] = bw / 1e12
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
     P.make_inputs = make  # timing sets are X instances (check False: no extra copies)

@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+import graph_timing as G
+
 H = HV = 32
 K = V = 128
 
@@ -317,16 +319,21 @@ def sms() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 8
 
 
+def _step(x):
+    """(o, the operands every probe KDA kernel takes first): o is allocated once per input set."""
+    o = x.setdefault("o", torch.empty_like(x["v"]))
+    return o, (x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"], K ** -0.5)
+
+
 def kda_call(P, W, C=0, pdl=False, fuse=0):
     """C = 0: one program per work item; C > 0: a persistent grid of C programs per SM."""
     def call(x):
         N, T = x["q"].shape[:2]
         nwork = N * HV * P
         grid = (min(nwork, C * sms()),) if C else (nwork,)
-        o = x.setdefault("o", torch.empty_like(x["v"]))
+        o, ops = _step(x)
         kw = {"launch_pdl": True} if pdl else {}
-        kda_t1[grid](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
-                     K ** -0.5, nwork, T, H=H, HV=HV, K=K, V=V, BV=V // P, PERSIST=bool(C), PDL=pdl, FUSE=fuse,
+        kda_t1[grid](*ops, nwork, T, H=H, HV=HV, K=K, V=V, BV=V // P, PERSIST=bool(C), PDL=pdl, FUSE=fuse,
                      num_warps=W, num_stages=1, **kw)
         return o
     return call
@@ -337,10 +344,8 @@ def pipe_call(P, W, C, stages):
         N, T = x["q"].shape[:2]
         assert T == 1, "the pipelined probe kernel is T = 1 only"
         nwork = N * HV * P
-        o = x.setdefault("o", torch.empty_like(x["v"]))
-        pgrid = (min(nwork, C * sms()),)
-        kda_t1_pipe[pgrid](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
-                           K ** -0.5, nwork, H=H, HV=HV, K=K, V=V, BV=V // P, STAGES=stages, num_warps=W)
+        o, ops = _step(x)
+        kda_t1_pipe[(min(nwork, C * sms()),)](*ops, nwork, H=H, HV=HV, K=K, V=V, BV=V // P, STAGES=stages, num_warps=W)
         return o
     return call
 
@@ -349,12 +354,11 @@ def abl_call(P, W, mode=0, hint=False, maxnreg=None, order=0, fuse=0, pdl=0, pre
     def call(x):
         N, T = x["q"].shape[:2]
         assert T == 1, "the ablation kernel is T = 1 only"
-        o = x.setdefault("o", torch.empty_like(x["v"]))
+        o, ops = _step(x)
         kw = {"maxnreg": maxnreg} if maxnreg else {}
         if pdl:
             kw["launch_pdl"] = True
-        kda_abl[(N * HV * P,)](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
-                               K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint, ORDER=order, FUSE=fuse, PDL=pdl, PREF=pref,
+        kda_abl[(N * HV * P,)](*ops, H=H, HV=HV, K=K, V=V, BV=V // P, MODE=mode, HINT=hint, ORDER=order, FUSE=fuse, PDL=pdl, PREF=pref,
                                num_warps=W, num_stages=1, **kw)
         return o
     return call
@@ -364,9 +368,8 @@ def chunk_call(P, W, BC, stages):
     def call(x):
         N, T = x["q"].shape[:2]
         assert T == 1, "the chunked probe kernel is T = 1 only"
-        o = x.setdefault("o", torch.empty_like(x["v"]))
-        kda_chunk[(N * HV * P,)](x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["state"],
-                                 K ** -0.5, H=H, HV=HV, K=K, V=V, BV=V // P, BC=BC, STAGES=stages, num_warps=W)
+        o, ops = _step(x)
+        kda_chunk[(N * HV * P,)](*ops, H=H, HV=HV, K=K, V=V, BV=V // P, BC=BC, STAGES=stages, num_warps=W)
         return o
     return call
 
@@ -533,24 +536,6 @@ def check(device, variants=None) -> int:
     return bad
 
 
-def copy_bandwidth() -> float:
-    n = 1 << 28
-    src = torch.randn(n, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    ts = []
-    for _ in range(20):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e-3)
-    ts.sort()
-    return 2 * n * 4 / ts[len(ts) // 2]
-
-
 def roof_bytes(N, T) -> int:
     # state read + write, q, k (bf16), v, g, o (bf16), beta (bf16)
     return 2 * N * HV * K * V * 4 + 2 * N * T * (2 * H * K + HV * V + HV * K + HV * V + HV)
@@ -558,36 +543,20 @@ def roof_bytes(N, T) -> int:
 
 def time_shape(N, T, names, reps):
     R = max(2, math.ceil(240e6 / (N * HV * K * V * 4)))
-    graphs = {}
+    graphs, alive = {}, []
     for n in names:
         sets = [inputs(N, T, "cuda", 100 + i) for i in range(R)]
-        for x in sets:
-            VARIANTS[n](x)
-        torch.cuda.synchronize()
-        gr = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(gr):
-            for x in sets:
-                VARIANTS[n](x)
-        gr.replay()
-        torch.cuda.synchronize()
-        graphs[n] = (gr, sets)
-    ts = {n: [] for n in graphs}
-    for _ in range(reps):
-        for n, (gr, _) in graphs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            gr.replay()
-            b.record()
-            b.synchronize()
-            ts[n].append(a.elapsed_time(b) * 1e3 / R)
-    del graphs
+        graphs[n] = G.capture(torch, VARIANTS[n], sets)
+        alive.append(sets)
+    ts = G.interleaved_us(torch, graphs, reps, R)
+    del graphs, alive
     torch.cuda.empty_cache()
-    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}, R
+    return {n: v[len(v) // 2] for n, v in ts.items()}, R
 
 
 def gpu(out_dir, reps, set_name) -> int:
     bad = check("cuda", SETS[set_name][0])
-    bw = copy_bandwidth()
+    bw = G.copy_bandwidth(torch)
     variants, shapes = SETS[set_name]
     head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, SMs {sms()}, reps {reps}")
