@@ -30,6 +30,7 @@ import re
 
 import libcst as cst
 
+from skel.rewriter import cst as C
 from skel.rewriter.base import APPLIED, FAILED, SKIPPED, Change, Rewrite
 
 _HOLE = "__skel_hole_"
@@ -132,11 +133,8 @@ class _Replacer(cst.CSTTransformer):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
-    def _is_jit(self, node: cst.FunctionDef) -> bool:
-        return any("jit" in self.module.code_for_node(d.decorator) for d in node.decorators)
-
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        jit = self._is_jit(node)
+        jit = C.jit_decorator(node) is not None
         self.jit_depth += jit
         self.funcs.append(_Function(node.body) if jit else None)
         self.names.add(id(node.name))
@@ -151,7 +149,7 @@ class _Replacer(cst.CSTTransformer):
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         fn = self.funcs.pop()
-        self.jit_depth -= self._is_jit(original)
+        self.jit_depth -= (C.jit_decorator(original) is not None)
         if fn is None or fn.first_top is None or not self.inserts:
             return updated
         stmts = []
