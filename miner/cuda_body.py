@@ -16,8 +16,9 @@ from functools import lru_cache
 from operator import itemgetter
 
 from skel.miner import cuda_ops as ops
-from skel.miner.cuda_body_ops import OpRecorder, _t
+from skel.miner.cuda_body_ops import OpRecorder
 from skel.miner.cuda_graph import axes, base_name, first_declared, mark_time_loops, reads
+from skel.miner.cuda_graph import node_text as _t
 from skel.miner.profile import Dot, Loop, MathOp, MemOp, Param, Reduction, SharedArray
 
 _AXES = {"x": 0, "y": 1, "z": 2}

@@ -13,17 +13,13 @@ from __future__ import annotations
 import re
 
 from skel.miner import cuda_ops as ops
-from skel.miner.cuda_graph import reads
+from skel.miner.cuda_graph import node_text as _t, reads
 from skel.miner.profile import Dot, MathOp, MemOp, Reduction
 
 _INT_TYPE = re.compile(r"\b(?:u?int(?:8|16|32|64)?_t|int|unsigned|long|short|size_t|char|bool|dim3|"
                        r"IdType|uint|index_t)\b")
 _INTISH_NAME = re.compile(r"(?:^|_)(?:idx|id|num|len|size|stride|offset|count|n|dim|rank|lane|warp)"
                           r"(?:_|$)|^(?:num|n)_|_(?:idx|len|size|stride|dim|id)$", re.I)
-
-
-def _t(n) -> str:
-    return n.text.decode("utf-8", "replace")
 
 
 class OpRecorder:

@@ -72,7 +72,7 @@ _byte = itemgetter(1)
 def base_name(n) -> str | None:
     while n is not None:
         if n.type == "identifier":
-            return _text(n)
+            return node_text(n)
         if n.type == "field_expression":
             n = n.child_by_field_name("argument")
             continue
@@ -89,7 +89,7 @@ def first_declared(n) -> str | None:
     if n is None:
         return None
     if n.type == "identifier":
-        return _text(n)
+        return node_text(n)
     if n.type == "assignment_expression":
         return base_name(n.child_by_field_name("left"))
     d = n.child_by_field_name("declarator")
@@ -155,5 +155,6 @@ def axes(first: dict[int, int], edges) -> list[ProgramAxis]:
 
 
 
-def _text(n) -> str:
+def node_text(n) -> str:
+    """A tree-sitter node's source text."""
     return n.text.decode("utf-8", "replace")
