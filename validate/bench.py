@@ -4,7 +4,7 @@ Method (per shape): input sets rotated so the working set exceeds twice the L2 c
 never finds its data in L2 left there by the previous call), each kernel captured in a CUDA
 graph that calls it once per input set, cycling through the sets until the graph makes at least
 ``min_graph_calls`` calls (the gap between two graph replays is paid once per graph, not once per
-call: a one-call graph of a 37 us kernel measured ~4 % slow on the H200), graphs replayed enough times per sample to last
+call), graphs replayed enough times per sample to last
 ``min_sample_us``, samples interleaved A/B, B/A, ... with CUDA events; the median per-call
 time with a distribution-free 95 % interval, and the median of the paired ratios (robust to
 clock drift during the run) with its interval. A verdict of faster/slower needs the ratio's
