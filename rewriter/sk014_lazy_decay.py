@@ -1,0 +1,448 @@
+"""SK014: keep a decayed recurrent state unscaled and carry the decay as a running factor.
+
+DESCRIPTION: a token loop that multiplies its register state tile ``S`` by a gate every step
+(``S *= exp(g)`` with a scalar gate, ``S = S * d[:, None]`` with one gate per row, or per
+column ``d[None, :]``) pays one multiply per state element per step. When the loop reads
+``S`` only through contractions (``tl.sum(S * u[:, None], 0)``), rank-1 updates
+(``S += a[:, None] * b[None, :]``) and stores, the tile can hold ``H = S / (r s^T)`` instead,
+with ``r`` (rows) and ``s`` (columns) the running products of the gates, kept in [K]/[V]
+vectors (or one scalar): a contraction scales its small operand (``u * r``), an update divides
+its small operand (``a / r``), a store writes ``H * r[:, None]``, and the tile is scaled once
+after the loop. Per element and step that is three operations instead of four. A factor that
+leaves [1e-20, 1e20] is flushed into the tile at once (that step then decays the tile as
+written), so nothing over- or underflows where the original did not.
+
+Unsafe: the products are formed in a different order (rounding differs in the last bits).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
+
+CODE = "SK014"
+SAFETY = "unsafe"
+MARKER = "skel SK014"
+ROW, COL, SCALAR = "row", "col", "scalar"
+LIMIT = "1e20"
+
+
+def _bcast_axis(node: cst.BaseExpression) -> str | None:
+    """``x[:, None]`` -> ROW, ``x[None, :]`` -> COL, anything else None."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 2:
+        return None
+    a, b = (el.slice for el in node.slice)
+
+    def is_full(s) -> bool:
+        return isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
+
+    def is_none(s) -> bool:
+        return isinstance(s, cst.Index) and isinstance(s.value, cst.Name) and s.value.value == "None"
+
+    if is_full(a) and is_none(b):
+        return ROW
+    if is_none(a) and is_full(b):
+        return COL
+    return None
+
+
+def _broadcasts(node: cst.CSTNode) -> list[cst.Subscript]:
+    found: list[cst.Subscript] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Subscript(self, n: cst.Subscript) -> None:
+            if _bcast_axis(n):
+                found.append(n)
+
+    node.visit(V())
+    return found
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+@dataclass
+class Decay:
+    stmt: cst.SimpleStatementLine
+    axis: str  # ROW / COL / SCALAR
+    factor: cst.BaseExpression  # the gate without its broadcast: exp(g) for S *= exp(g[:, None])
+    chain: F.Chain  # the if-conditions around it inside the loop body
+    extent: str | None = None  # the [K]/[V] extent of a vector gate
+
+
+@dataclass
+class Factor:
+    """A running product of the gates of one axis under one set of (constexpr) conditions."""
+
+    name: str
+    axis: str
+    guard: F.Chain
+    extent: str | None
+
+    def bc(self) -> str:
+        return {ROW: "[:, None]", COL: "[None, :]", SCALAR: ""}[self.axis]
+
+    def status(self, chain: F.Chain) -> str:
+        """Does this factor exist where ``chain`` holds: "yes", "no" (contradicting branch) or "maybe"."""
+        if F.contradicts(chain, self.guard):
+            return "no"
+        return "yes" if set(self.guard) <= set(chain) else "maybe"
+
+
+def _scaled(expr: str, factors: list[Factor], chain: F.Chain, op: str, tile: bool = False) -> str:
+    """``expr`` combined (``op``) with each factor that exists under ``chain``; a factor only some
+    specializations have is applied under a conditional expression on its constexpr guard."""
+    out = expr
+    for f in factors:
+        st = f.status(chain)
+        if st == "no":
+            continue
+        term = f"{out} {op} {f.name}{f.bc() if tile else ''}"
+        out = f"({term})" if st == "yes" else f"(({term}) if {F.chain_text(f.guard)} else {out})"
+    return out
+
+
+def _other(axis: str) -> str:
+    return COL if axis == ROW else ROW
+
+
+class _Reads(cst.CSTVisitor):
+    """The reads of the state in one statement of the loop, each given its edit."""
+
+    def __init__(self, state: str, factors: list[Factor], chain: F.Chain, edits: dict) -> None:
+        self.s, self.factors, self.chain, self.edits = state, factors, chain, edits
+        self.handled: set[int] = set()  # ids of Name nodes whose read is rewritten
+        self.unhandled = False
+
+    def on(self, axis: str) -> list[Factor]:
+        return [f for f in self.factors if f.axis == axis]
+
+    def scalars(self) -> list[Factor]:
+        return [f for f in self.factors if f.axis == SCALAR]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = C.last_part(C.call_name(node))
+        if name == "sum" and node.args:
+            prod = node.args[0].value
+            if isinstance(prod, cst.BinaryOperation) and isinstance(prod.operator, cst.Multiply):
+                for tile, vec in ((prod.left, prod.right), (prod.right, prod.left)):
+                    axis = _bcast_axis(vec)
+                    if _is_name(tile, self.s) and axis and self.s not in C.names_in(vec):
+                        self.handled.add(id(tile))
+                        ops, res = self.on(axis) + self.scalars(), self.on(_other(axis))
+                        self.edits[vec.value] = lambda u, fs=ops: cst.parse_expression(
+                            _scaled(C.code_of(u), fs, self.chain, "*"))
+                        self.edits[node] = lambda u, fs=res: cst.parse_expression(
+                            _scaled(C.code_of(u), fs, self.chain, "*"))
+                        return
+        if name == "store" and len(node.args) >= 2:
+            fs = self.on(ROW) + self.on(COL) + self.scalars()
+            inside = {id(n) for c in C.calls_in(node.args[1].value) if C.last_part(C.call_name(c)) == "sum"
+                      for n in _name_nodes(c, self.s)}  # a contraction in the stored value is its own read
+            for n in _name_nodes(node.args[1].value, self.s):
+                if id(n) in inside:
+                    continue
+                self.handled.add(id(n))
+                self.edits[n] = lambda u, fs=fs: cst.parse_expression(_scaled(self.s, fs, self.chain, "*", tile=True))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if _is_name(node.target, self.s):
+            self.handled.add(id(node.target))
+            if isinstance(node.operator, cst.AddAssign):
+                self._rank1(node.value)
+            else:
+                self.unhandled = True
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and _is_name(node.targets[0].target, self.s):
+            self.handled.add(id(node.targets[0].target))
+            v = node.value
+            if isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Add):
+                for tile, upd in ((v.left, v.right), (v.right, v.left)):
+                    if _is_name(tile, self.s) and self.s not in C.names_in(upd):
+                        self.handled.add(id(tile))
+                        self._rank1(upd)
+                        return
+            self.unhandled = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.s and id(node) not in self.handled:
+            self.unhandled = True
+
+    def _rank1(self, upd: cst.BaseExpression) -> None:
+        """``a[:, None] * b[None, :]`` (or ``a[:, None] * b``): divide each operand by its axis' factors."""
+        if not (isinstance(upd, cst.BinaryOperation) and isinstance(upd.operator, cst.Multiply)) or self.s in C.names_in(upd):
+            self.unhandled = True
+            return
+        sides = [(x, _bcast_axis(x)) for x in (upd.left, upd.right)]
+        axes = {a for _, a in sides if a}
+        if len(axes) != len([a for _, a in sides if a]) or not axes:
+            self.unhandled = True
+            return
+        if len(axes) == 1:  # the other operand is an implicit row vector (a[:, None] * b)
+            sides = [(x, a or _other(next(iter(axes)))) for x, a in sides]
+        for i, (x, axis) in enumerate(sides):
+            fs = self.on(axis) + (self.scalars() if i == 0 else [])  # a scalar divides one operand only
+            if not fs:
+                continue
+            target = x.value if _bcast_axis(x) else x
+            self.edits[target] = lambda u, fs=fs: cst.parse_expression(_scaled(C.code_of(u), fs, self.chain, "/"))
+
+
+def _decay_of(small: cst.BaseSmallStatement, name: str) -> cst.BaseExpression | None:
+    """The multiplier when ``small`` is ``S *= X`` or ``S = S * X`` / ``S = X * S``."""
+    if isinstance(small, cst.AugAssign) and _is_name(small.target, name) and isinstance(small.operator, cst.MultiplyAssign):
+        return small.value
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and _is_name(small.targets[0].target, name):
+        v = small.value
+        if isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Multiply):
+            if _is_name(v.left, name) and name not in C.names_in(v.right):
+                return v.right
+            if _is_name(v.right, name) and name not in C.names_in(v.left):
+                return v.left
+    return None
+
+
+def _strip(expr: cst.BaseExpression, sub: cst.Subscript) -> cst.BaseExpression:
+    """``expr`` with the broadcast ``sub`` (``x[:, None]``) replaced by ``x``."""
+    class T(cst.CSTTransformer):
+        def leave_Subscript(self, original, updated):
+            return updated.value if original is sub else updated
+
+    return expr.visit(T())
+
+
+def _arange_names(kernel: cst.FunctionDef) -> dict[str, str]:
+    """name -> extent for names assigned from an expression holding ``arange(0, E)``."""
+    out: dict[str, str] = {}
+    for small, _line, _chain, _loops in F.walk(kernel.body.body):
+        name = F.single_target(small)
+        if not name or not isinstance(small, (cst.Assign, cst.AugAssign)):
+            continue
+        for call in C.calls_in(small.value):
+            if C.last_part(C.call_name(call)) == "arange" and len(call.args) == 2:
+                out[name] = C.code_of(call.args[1].value)
+    return out
+
+
+def _extents(names: set[str], deps, aranges: dict[str, str]) -> set[str]:
+    """The arange extents a value reading ``names`` depends on."""
+    seen: set[str] = set()
+    todo, found = list(names), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in aranges:
+            found.add(aranges[n])
+        for _chain, read in deps.get(n, ()):
+            todo.extend(read)
+    return found
+
+
+def _name_nodes(node: cst.CSTNode, name: str) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value == name:
+                found.append(n)
+
+    node.visit(V())
+    return found
+
+
+def _decays(loop: cst.For, kernel, deps, aranges) -> dict[str, list[Decay]]:
+    """State name -> the decay statements of the loop (states the kernel also assigns outside it)."""
+    out: dict[str, list[Decay]] = {}
+    before = _assigned_before(kernel, loop)
+    for small, line, chain, loops in F.walk(loop.body.body):
+        if loops or len(line.body) != 1:
+            continue
+        name = F.single_target(small)
+        if not name or name not in before:
+            continue
+        mult = _decay_of(small, name)
+        if mult is None:
+            continue
+        subs = _broadcasts(mult)
+        if len(subs) == 1:
+            exts = _extents(C.names_in(subs[0].value), deps, aranges)
+            out.setdefault(name, []).append(Decay(line, _bcast_axis(subs[0]), _strip(mult, subs[0]), chain,
+                                                  exts.pop() if len(exts) == 1 else None))
+        elif not subs and not _extents(C.names_in(mult), deps, aranges) and not C.has_reduction(mult):
+            out.setdefault(name, []).append(Decay(line, SCALAR, mult, chain))
+    return out
+
+
+def _assigned_before(kernel: cst.FunctionDef, loop: cst.For) -> set[str]:
+    """Names the kernel assigns outside ``loop`` (the loop's own carried values among them)."""
+    out: set[str] = set()
+    for small, _line, _chain, loops in F.walk(kernel.body.body):
+        if loop not in loops:
+            out |= C.assigned_names(small)
+    return out
+
+
+def _block_of(kernel: cst.FunctionDef, loop: cst.For):
+    """The statement list that holds ``loop`` directly."""
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_IndentedBlock(self, n: cst.IndentedBlock) -> None:
+            if any(s is loop for s in n.body):
+                found.append(n.body)
+
+    kernel.visit(V())
+    return found[0] if found else None
+
+
+@register(CODE)
+def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
+    src = C.parse(source)
+    if isinstance(src, str):
+        return C.failed(CODE, source, src, SAFETY)
+    ks = C.kernels(src.module, options)
+    if not ks:
+        return C.no_kernel(CODE, SAFETY, source, options)
+    if MARKER in source:
+        return C.skip(CODE, SAFETY, source, "already applied: the state decay is carried as a running factor (marker found)")
+    tl = C.triton_language_alias(src.module)
+    taken = C.names_in(src.module) | C.assigned_names(src.module)
+    edits: dict = {}
+    changes: list[Change] = []
+    reasons: list[str] = []
+    for kernel in ks:
+        deps, aranges, consts = F.dependencies(kernel), _arange_names(kernel), C.constexpr_params(kernel)
+        for loop in F.fors(kernel):
+            if _block_of(kernel, loop) is None:
+                continue
+            for state, decays in _decays(loop, kernel, deps, aranges).items():
+                plan = _plan(state, loop, decays, consts, taken, tl)
+                where = f"{kernel.name.value} line {src.line(loop)}: state {state}"
+                if isinstance(plan, str):
+                    reasons.append(f"{where}: {plan}")
+                    continue
+                factors, edit_map, read_lines = plan
+                edits.update(edit_map)
+                C.chain_edit(edits, loop, _wrap(state, factors, tl))
+                names = ", ".join(f.name for f in factors)
+                changes.append(Change(src.line(loop), f"{kernel.name.value}: {state} starts with running decay "
+                                      f"factor(s) {names} = 1"))
+                changes += [Change(src.line(d.stmt), f"{state}'s gate multiplies its factor, not the tile") for d in decays]
+                changes += [Change(src.line(n), f"{state} read with its factor(s) applied to the small operand")
+                            for n in read_lines]
+                end = src.positions[loop].end.line
+                changes.append(Change(end, f"{state} scaled by {names} once after the loop"))
+    if not edits:
+        why = "; ".join(reasons) or ("no token loop multiplies a state tile assigned before it by a gate "
+                                     "(S *= exp(g), S = S * d[:, None])")
+        return C.skip(CODE, SAFETY, source, f"not applicable: {why}")
+    new = C.apply_edits(src.module, edits).code
+    summary = f"state decay carried as a running factor in {len(changes)} loop(s)"
+    if reasons:
+        summary += f" (left: {'; '.join(reasons)})"
+    return [C.applied_result(CODE, source, new, changes, summary, SAFETY)]
+
+
+def _plan(state, loop, decays, consts, taken, tl):
+    """(factors, edits) for one state of one loop, or the reason it cannot be carried lazily."""
+    for d in decays:
+        for test, _pol in d.chain:
+            if not C.names_in(C.expr(test)) <= consts:
+                return f"the gate on line of `{C.code_of(d.stmt).strip()}` runs under a runtime condition ({test})"
+        if d.axis != SCALAR and d.extent is None:
+            return f"cannot tell the extent of the gate vector in `{C.code_of(d.stmt).strip()}` (no single tl.arange reaches it)"
+    groups: dict = {}
+    for d in decays:
+        groups.setdefault((d.axis, d.chain, d.extent), []).append(d)
+    factors, of = [], {}
+    suffix = {ROW: "rdecay", COL: "cdecay", SCALAR: "decay"}
+    for (axis, chain, extent), ds in groups.items():
+        f = Factor(_fresh(f"{state}_{suffix[axis]}", taken), axis, chain, extent)
+        factors.append(f)
+        for d in ds:
+            of[d.stmt] = f
+    edits: dict = {}
+    decay_lines = {d.stmt for d in decays}
+    read_lines = []
+    for small, line, chain, _loops in F.walk(loop.body.body):
+        if line in decay_lines:
+            continue
+        reads = _Reads(state, factors, chain, edits)
+        small.visit(reads)
+        if reads.handled:
+            read_lines.append(small)
+        if reads.unhandled:
+            return ("the loop also reads it outside contractions, rank-1 updates and stores: "
+                    f"`{C.code_of(small).strip()}`")
+    for node in _headers(loop):
+        if state in C.names_in(node):
+            return f"a loop or if condition reads it: `{C.code_of(node).strip()}`"
+    for d in decays:
+        edits[d.stmt] = _decay_edit(d, of[d.stmt], state, tl)
+    return factors, edits, read_lines
+
+
+def _headers(loop: cst.For) -> list[cst.CSTNode]:
+    """The tests of ifs and whiles and the iterables of fors inside the loop body."""
+    found: list[cst.CSTNode] = []
+
+    class V(cst.CSTVisitor):
+        def visit_If(self, n: cst.If) -> None:
+            found.append(n.test)
+
+        def visit_While(self, n: cst.While) -> None:
+            found.append(n.test)
+
+        def visit_For(self, n: cst.For) -> None:
+            found.append(n.iter)
+
+    loop.body.visit(V())
+    return found
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def _decay_edit(d: Decay, f: Factor, state: str, tl: str):
+    """``S *= g`` -> ``f = f * g`` and a flush of ``f`` into the tile when it leaves [1e-20, 1e20]."""
+    big = f"{tl}.maximum({f.name}, 1.0 / {f.name})"
+    if f.axis != SCALAR:
+        big = f"{tl}.max({big})"
+    code = C.code_of(d.factor)
+
+    def edit(upd: cst.SimpleStatementLine):
+        first = cst.parse_statement(f"{f.name} = {f.name} * ({code})\n").with_changes(leading_lines=upd.leading_lines)
+        flush = cst.parse_statement(
+            f"if {big} > {LIMIT}:  # {MARKER}: flush the factor into the tile (it left [1e-20, 1e20])\n"
+            f"    {state} = {state} * {f.name}{f.bc()}\n"
+            f"    {f.name} = {f.name} * 0.0 + 1.0\n")
+        return cst.FlattenSentinel([first, flush])
+    return edit
+
+
+def _wrap(state: str, factors: list[Factor], tl: str):
+    """The factors' initial values before the loop; after it, the tile scaled by each (under its guard)."""
+    def edit(upd: cst.For):
+        head = [cst.parse_statement(f"{f.name} = {tl}.full([{f.extent or ''}], 1.0, {tl}.float32)\n") for f in factors]
+        head[0] = head[0].with_changes(leading_lines=[*upd.leading_lines, C.comment_line(
+            f"{MARKER}: {state} holds the state divided by its running decay "
+            f"({', '.join(f.name for f in factors)}); scaled once after the loop")])
+        tail = []
+        for f in factors:
+            line = f"{state} = {state} * {f.name}{f.bc()}"
+            tail.append(cst.parse_statement((f"if {F.chain_text(f.guard)}:\n    {line}\n") if f.guard else line + "\n"))
+        return cst.FlattenSentinel([*head, upd.with_changes(leading_lines=[]), *tail])
+    return edit

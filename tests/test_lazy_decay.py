@@ -1,0 +1,156 @@
+"""SK014 lazy-decay: the rewritten kernels compute what the originals compute.
+
+The project's KDA (per-row gate) and GDN (scalar gate) decode kernels and fla-core 0.6.0's
+upstream KDA and gated-delta-rule files are rewritten alone and on top of SK002's merged tiles,
+imported from a temporary file and run in Triton's interpreter against the originals at T = 1
+and T = 3, also with gates strong enough that the running factor must be flushed. Refusals
+say why; applying twice changes nothing; unrelated lines are untouched.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
+from skel.rewriter.sk002_merge_tiles import merge_tiles
+from skel.rewriter.sk014_lazy_decay import rewrite as lazy
+
+from test_merge_tiles import ROOT, _close, _fla, _kda_inputs, _load, _run_project
+from test_rewrites import assert_contract
+
+
+def _lazy(source: str) -> str:
+    [r] = lazy(source, RewriteOptions())
+    assert_contract(source, r, slack=3)
+    return r.source
+
+
+def _sk002(source: str, plan=(4, 1, 1, True)) -> str:
+    [r] = merge_tiles(source, RewriteOptions(extra=(("sk002_variants", [plan]),)))
+    assert r.applied, r.reason
+    return r.source
+
+
+@pytest.mark.parametrize("family,entry", [("kda", "kda_decode"), ("gdn", "gdn_decode")])
+@pytest.mark.parametrize("with_sk002", [False, True], ids=["alone", "on_sk002"])
+def test_project_kernels_match_original(family, entry, with_sk002, tmp_path):
+    src = (ROOT / "kernels" / f"{family}_decode" / "kernel.py").read_text()
+    new_src = _lazy(_sk002(src) if with_sk002 else src)
+    assert "_decay = " in new_src or "_rdecay = " in new_src
+    base, new = _load(src, tmp_path, f"{family}_base"), _load(new_src, tmp_path, f"{family}_lazy")
+    for T, strong in ((1, False), (3, False), (4, True)):
+        x = _kda_inputs(2, T, 2, 4, 16, 32, seed=T, gate_per_k=family == "kda")
+        if strong:  # gates of e^-40 and less per step: the factor leaves [1e-20, 1e20] and is flushed
+            x["A_log"] = torch.full_like(x["A_log"], 4.5)
+            x["dt_bias"] = x["dt_bias"].abs() + 1.0
+        o0, s0 = _run_project(base, entry, x)
+        o1, s1 = _run_project(new, entry, x)
+        _close(o1, o0, f"{family} T={T} strong={strong} output")
+        _close(s1, s0, f"{family} T={T} strong={strong} state")
+
+
+def test_scalar_and_row_gates_get_their_factor_shapes():
+    gdn = _lazy((ROOT / "kernels/gdn_decode/kernel.py").read_text())
+    assert "h_decay = tl.full([], 1.0, tl.float32)" in gdn
+    assert "h += (k / h_decay)[:, None] * v[None, :]" in gdn and "h = h * h_decay\n" in gdn
+    kda = _lazy((ROOT / "kernels/kda_decode/kernel.py").read_text())
+    assert "b_s_rdecay = tl.full([BK], 1.0, tl.float32)" in kda
+    assert "tl.sum(b_s * (b_k * b_s_rdecay)[:, None], 0)" in kda
+    assert "b_s = b_s * b_s_rdecay[:, None]\n    tl.store(p_s, b_s" in kda
+
+
+def test_upstream_kda_matches_original(fla_corpus, tmp_path):
+    _fla(fla_corpus)
+    import fla.ops.kda.fused_recurrent as up
+
+    src = (fla_corpus / "fla/ops/kda/fused_recurrent.py").read_text()
+    for label, new_src in (("alone", _lazy(src)), ("on_sk002", _lazy(_sk002(src, (2, 1, 2, True))))):
+        new = _load(new_src, tmp_path, f"fla_kda_{label}")
+        for T in (1, 3):
+            x = _kda_inputs(2, T, 2, 4, 32, 64, seed=40 + T)
+            kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"],
+                      dt_bias=x["dt_bias"], scale=32 ** -0.5, output_final_state=True, inplace_final_state=False,
+                      use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+            o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
+            o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
+            _close(o1, o0, f"fla kda {label} T={T} output")
+            _close(s1, s0, f"fla kda {label} T={T} state")
+
+
+def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
+    _fla(fla_corpus)
+    import fla.ops.gated_delta_rule.fused_recurrent as up
+
+    src = (fla_corpus / "fla/ops/gated_delta_rule/fused_recurrent.py").read_text()
+    new = _load(_lazy(src), tmp_path, "fla_gdn_lazy")
+    for T in (1, 3):
+        x = _kda_inputs(2, T, 2, 4, 32, 32, seed=50 + T, gate_per_k=False)
+        kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"],
+                  dt_bias=x["dt_bias"], scale=32 ** -0.5, output_final_state=True,
+                  use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+        o0, s0 = up.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
+        o1, s1 = new.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
+        _close(o1, o0, f"fla gdn T={T} output")
+        _close(s1, s0, f"fla gdn T={T} state")
+
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def step(x, g, s, o, T, D: tl.constexpr, USE: tl.constexpr):
+    i = tl.program_id(0)
+    r = tl.arange(0, D)
+    h = tl.load(s + i * D * D + r[:, None] * D + r[None, :])
+    for t in range(T):
+        b_x = tl.load(x + (i * T + t) * D + r)
+        b_g = tl.load(g + (i * T + t) * D + r)
+        h *= tl.exp(b_g)[:, None]
+        BODY
+        tl.store(o + (i * T + t) * D + r, tl.sum(h * b_x[:, None], 0))
+    tl.store(s + i * D * D + r[:, None] * D + r[None, :], h)
+'''
+
+
+@pytest.mark.parametrize("body,why", [
+    ("h = tl.where(h > 0, h, 0.0)", "outside contractions, rank-1 updates and stores"),
+    ("b_x = b_x + tl.sum(h, 1)", "outside contractions, rank-1 updates and stores"),
+    ("h -= b_x[:, None] * b_x[None, :]", "outside contractions, rank-1 updates and stores"),
+])
+def test_refuses_a_state_read_the_factor_does_not_commute_with(body, why):
+    [r] = lazy(KERNEL.replace("BODY", body), RewriteOptions())
+    assert r.status == SKIPPED and why in r.reason and "state h" in r.reason, r.reason
+
+
+def test_refuses_a_gate_under_a_runtime_condition_and_says_so():
+    src = KERNEL.replace("        h *= tl.exp(b_g)[:, None]\n", "        if t > 0:\n            h *= tl.exp(b_g)[:, None]\n")
+    [r] = lazy(src.replace("BODY", "pass"), RewriteOptions())
+    assert r.status == SKIPPED and "runtime condition (t > 0)" in r.reason, r.reason
+
+
+def test_without_a_decayed_state_nothing_applies():
+    src = KERNEL.replace("        h *= tl.exp(b_g)[:, None]\n", "").replace("BODY", "pass")
+    [r] = lazy(src, RewriteOptions())
+    assert r.status == SKIPPED and r.reason.startswith("not applicable: no token loop"), r.reason
+
+
+def test_constexpr_branches_get_their_own_factor(tmp_path):
+    src = KERNEL.replace("        h *= tl.exp(b_g)[:, None]\n",
+                         "        if USE:\n            h *= tl.exp(b_g)[:, None]\n").replace("BODY", "h += b_x[:, None] * b_g[None, :]")
+    [r] = lazy(src, RewriteOptions())
+    assert r.status == APPLIED, r.reason
+    assert "if USE:\n        h = h * h_rdecay[:, None]" in r.source
+    base, new = _load(src, tmp_path, "use_base"), _load(r.source, tmp_path, "use_lazy")
+    gen = torch.Generator().manual_seed(0)
+    for use in (True, False):
+        x, g = torch.randn(3, 2, 16, generator=gen), -torch.rand(3, 2, 16, generator=gen)
+        s0 = torch.randn(3, 16, 16, generator=gen)
+        outs = []
+        for mod in (base, new):
+            s, o = s0.clone(), torch.empty(3, 2, 16)
+            mod.step[(3,)](x, g, s, o, 2, D=16, USE=use)
+            outs.append((o, s))
+        _close(outs[1][0], outs[0][0], f"USE={use} output")
+        _close(outs[1][1], outs[0][1], f"USE={use} state")
