@@ -46,6 +46,11 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     gdn_sk002) run gdn_sk002 "$GDN_SHAPES" /tmp/work/gdn_decode.py --skeleton SK002 --no-record ;;
     delta_harness) run delta_harness "$DELTA_SHAPES" /tmp/work/fla_delta.py --harness examples/fla_delta_rule/spec.py \
       --skeleton SK002 --no-record ;;  # a kernel skel does not recognise, through the README's worked harness
+    # session 4: SK002 plans alone and under SK014 (lazy decay), the gate's graphs making >= 8 calls
+    gdn_lazy) run gdn_lazy "$GDN_SHAPES" /tmp/work/gdn_decode.py --skeleton SK002 --skeleton SK014 --exhaustive --max-candidates 24 --no-record ;;
+    kda_lazy) run kda_lazy "$KDA_SHAPES" /tmp/work/kda_decode.py --skeleton SK002 --skeleton SK014 --exhaustive --max-candidates 24 --no-record ;;
+    kda_upstream_lazy) run kda_upstream_lazy "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK002 --skeleton SK014 \
+      --exhaustive --max-candidates 24 --no-record ;;
     gdn_upstream_sk002) run gdn_upstream_sk002 "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --skeleton SK002 --no-record ;;
   esac
 done

@@ -318,6 +318,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     edits: dict = {}
     changes: list[Change] = []
     reasons: list[str] = []
+    wraps: dict = {}  # loop -> [(state, factors)]: one edit per loop, whatever its number of states
     for kernel in ks:
         deps, aranges, consts = F.dependencies(kernel), _arange_names(kernel), C.constexpr_params(kernel)
         for loop in F.fors(kernel):
@@ -331,7 +332,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                     continue
                 factors, edit_map, read_lines = plan
                 edits.update(edit_map)
-                C.chain_edit(edits, loop, _wrap(state, factors, tl))
+                wraps.setdefault(loop, []).append((state, factors))
                 names = ", ".join(f.name for f in factors)
                 changes.append(Change(src.line(loop), f"{kernel.name.value}: {state} starts with running decay "
                                       f"factor(s) {names} = 1"))
@@ -340,6 +341,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                             for n in read_lines]
                 end = src.positions[loop].end.line
                 changes.append(Change(end, f"{state} scaled by {names} once after the loop"))
+    for loop, states in wraps.items():
+        edits[loop] = _wrap(states, tl)
     if not edits:
         why = "; ".join(reasons) or ("no token loop multiplies a state tile assigned before it by a gate "
                                      "(S *= exp(g), S = S * d[:, None])")
@@ -433,16 +436,19 @@ def _decay_edit(d: Decay, f: Factor, state: str, tl: str):
     return edit
 
 
-def _wrap(state: str, factors: list[Factor], tl: str):
-    """The factors' initial values before the loop; after it, the tile scaled by each (under its guard)."""
+def _wrap(states: list, tl: str):
+    """The factors' initial values before the loop; after it, each tile scaled by its factors (under their guards)."""
     def edit(upd: cst.For):
-        head = [cst.parse_statement(f"{f.name} = {tl}.full([{f.extent or ''}], 1.0, {tl}.float32)\n") for f in factors]
-        head[0] = head[0].with_changes(leading_lines=[*upd.leading_lines, C.comment_line(
-            f"{MARKER}: {state} holds the state divided by its running decay "
-            f"({', '.join(f.name for f in factors)}); scaled once after the loop")])
-        tail = []
-        for f in factors:
-            line = f"{state} = {state} * {f.name}{f.bc()}"
-            tail.append(cst.parse_statement((f"if {F.chain_text(f.guard)}:\n    {line}\n") if f.guard else line + "\n"))
+        head, tail = [], []
+        for state, factors in states:
+            lines = [cst.parse_statement(f"{f.name} = {tl}.full([{f.extent or ''}], 1.0, {tl}.float32)\n") for f in factors]
+            lines[0] = lines[0].with_changes(leading_lines=[C.comment_line(
+                f"{MARKER}: {state} holds the state divided by its running decay "
+                f"({', '.join(f.name for f in factors)}); scaled once after the loop")])
+            head += lines
+            for f in factors:
+                line = f"{state} = {state} * {f.name}{f.bc()}"
+                tail.append(cst.parse_statement((f"if {F.chain_text(f.guard)}:\n    {line}\n") if f.guard else line + "\n"))
+        head[0] = head[0].with_changes(leading_lines=[*upd.leading_lines, *head[0].leading_lines])
         return cst.FlattenSentinel([*head, upd.with_changes(leading_lines=[]), *tail])
     return edit

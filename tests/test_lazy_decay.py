@@ -32,10 +32,10 @@ def _sk002(source: str, plan=(4, 1, 1, True)) -> str:
 
 
 @pytest.mark.parametrize("family,entry", [("kda", "kda_decode"), ("gdn", "gdn_decode")])
-@pytest.mark.parametrize("with_sk002", [False, True], ids=["alone", "on_sk002"])
-def test_project_kernels_match_original(family, entry, with_sk002, tmp_path):
+@pytest.mark.parametrize("plan", [None, (4, 1, 1, True), (1, 2, 4, True)], ids=["alone", "on_sk002", "on_sk002_two_subtiles"])
+def test_project_kernels_match_original(family, entry, plan, tmp_path):
     src = (ROOT / "kernels" / f"{family}_decode" / "kernel.py").read_text()
-    new_src = _lazy(_sk002(src) if with_sk002 else src)
+    new_src = _lazy(_sk002(src, plan) if plan else src)
     assert "_decay = " in new_src or "_rdecay = " in new_src
     base, new = _load(src, tmp_path, f"{family}_base"), _load(new_src, tmp_path, f"{family}_lazy")
     for T, strong in ((1, False), (3, False), (4, True)):
