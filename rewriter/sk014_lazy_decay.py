@@ -28,7 +28,7 @@ CODE = "SK014"
 SAFETY = "unsafe"
 MARKER = "skel SK014"
 ROW, COL, SCALAR = "row", "col", "scalar"
-LIMIT = "1e20"
+LIMIT, LOW = "1e20", "1e-20"
 
 
 def _bcast_axis(node: cst.BaseExpression) -> str | None:
@@ -114,8 +114,9 @@ def _other(axis: str) -> str:
 class _Reads(cst.CSTVisitor):
     """The reads of the state in one statement of the loop, each given its edit."""
 
-    def __init__(self, state: str, factors: list[Factor], chain: F.Chain, edits: dict) -> None:
+    def __init__(self, state: str, factors: list[Factor], chain: F.Chain, edits: dict, result_axis: str = COL) -> None:
         self.s, self.factors, self.chain, self.edits = state, factors, chain, edits
+        self.result_axis = result_axis  # the axis contractions of the state leave (COL for sums over rows)
         self.handled: set[int] = set()  # ids of Name nodes whose read is rewritten
         self.unhandled = False
 
@@ -134,7 +135,7 @@ class _Reads(cst.CSTVisitor):
                     axis = _bcast_axis(vec)
                     if _is_name(tile, self.s) and axis and self.s not in C.names_in(vec):
                         self.handled.add(id(tile))
-                        ops, res = self.on(axis) + self.scalars(), self.on(_other(axis))
+                        ops, res = self.on(axis), self.on(_other(axis)) + self.scalars()  # a scalar scales the [BV] result
                         self.edits[vec.value] = lambda u, fs=ops: cst.parse_expression(
                             _scaled(C.code_of(u), fs, self.chain, "*"))
                         self.edits[node] = lambda u, fs=res: cst.parse_expression(
@@ -186,8 +187,11 @@ class _Reads(cst.CSTVisitor):
             return
         if len(axes) == 1:  # the other operand is an implicit row vector (a[:, None] * b)
             sides = [(x, a or _other(next(iter(axes)))) for x, a in sides]
+        # a scalar divides one operand only: the one along the contractions' result axis (the [BV]
+        # delta in a [K, V] tile), which is already in the layout the update broadcasts
+        scalar_side = next((i for i, (_x, a) in enumerate(sides) if a == self.result_axis), 0)
         for i, (x, axis) in enumerate(sides):
-            fs = self.on(axis) + (self.scalars() if i == 0 else [])  # a scalar divides one operand only
+            fs = self.on(axis) + (self.scalars() if i == scalar_side else [])
             if not fs:
                 continue
             target = x.value if _bcast_axis(x) else x
@@ -378,7 +382,7 @@ def _plan(state, loop, decays, consts, taken, tl):
     for small, line, chain, _loops in F.walk(loop.body.body):
         if line in decay_lines:
             continue
-        reads = _Reads(state, factors, chain, edits)
+        reads = _Reads(state, factors, chain, edits, _result_axis(loop, state))
         small.visit(reads)
         if reads.handled:
             read_lines.append(small)
@@ -391,6 +395,18 @@ def _plan(state, loop, decays, consts, taken, tl):
     for d in decays:
         edits[d.stmt] = _decay_edit(d, of[d.stmt], state, tl)
     return factors, edits, read_lines
+
+
+def _result_axis(loop: cst.For, state: str) -> str:
+    """The axis the state's contractions leave: COL when they sum over rows (``tl.sum(S * u[:, None], 0)``)."""
+    for call in C.calls_in(loop.body):
+        if C.last_part(C.call_name(call)) == "sum" and call.args:
+            prod = call.args[0].value
+            if isinstance(prod, cst.BinaryOperation) and isinstance(prod.operator, cst.Multiply):
+                for tile, vec in ((prod.left, prod.right), (prod.right, prod.left)):
+                    if _is_name(tile, state) and _bcast_axis(vec):
+                        return _other(_bcast_axis(vec))
+    return COL
 
 
 def _headers(loop: cst.For) -> list[cst.CSTNode]:
@@ -421,15 +437,16 @@ def _fresh(base: str, taken: set[str]) -> str:
 
 def _decay_edit(d: Decay, f: Factor, state: str, tl: str):
     """``S *= g`` -> ``f = f * g`` and a flush of ``f`` into the tile when it leaves [1e-20, 1e20]."""
-    big = f"{tl}.maximum({f.name}, 1.0 / {f.name})"
-    if f.axis != SCALAR:
-        big = f"{tl}.max({big})"
+    if f.axis == SCALAR:  # two compares, no division: the check sits on the step's critical path
+        out = f"({f.name} < {LOW}) | ({f.name} > {LIMIT})"
+    else:
+        out = f"({tl}.min({f.name}) < {LOW}) | ({tl}.max({f.name}) > {LIMIT})"
     code = C.code_of(d.factor)
 
     def edit(upd: cst.SimpleStatementLine):
         first = cst.parse_statement(f"{f.name} = {f.name} * ({code})\n").with_changes(leading_lines=upd.leading_lines)
         flush = cst.parse_statement(
-            f"if {big} > {LIMIT}:  # {MARKER}: flush the factor into the tile (it left [1e-20, 1e20])\n"
+            f"if {out}:  # {MARKER}: flush the factor into the tile (it left [1e-20, 1e20])\n"
             f"    {state} = {state} * {f.name}{f.bc()}\n"
             f"    {f.name} = {f.name} * 0.0 + 1.0\n")
         return cst.FlattenSentinel([first, flush])

@@ -40,7 +40,7 @@ def kda_decode_kernel(
         b_beta = tl.sigmoid(b_beta)
         b_q = b_q * scale
         b_h_rdecay = b_h_rdecay * (tl.exp(b_gk))
-        if tl.max(tl.maximum(b_h_rdecay, 1.0 / b_h_rdecay)) > 1e20:  # skel SK014: flush the factor into the tile (it left [1e-20, 1e20])
+        if (tl.min(b_h_rdecay) < 1e-20) | (tl.max(b_h_rdecay) > 1e20):  # skel SK014: flush the factor into the tile (it left [1e-20, 1e20])
             b_h = b_h * b_h_rdecay[:, None]
             b_h_rdecay = b_h_rdecay * 0.0 + 1.0
         b_v = b_beta * (b_v - tl.sum(b_h * (b_k * b_h_rdecay)[:, None], 0))
