@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
-from skel.rewriter.cst import REDUCTIONS, assigned_names, code_of, method_name, names_in
+from skel.rewriter.cst import REDUCTIONS, assigned_names, call_name, calls_in, code_of, last_part, method_name, names_in
 
 # A condition on the path to a statement: (source text of the test, polarity).
 Cond = tuple[str, bool]
@@ -184,3 +184,29 @@ def value_dtype(node: cst.BaseExpression, defs: dict[str, list[cst.BaseExpressio
             return concrete.pop()
         return "scalar" if kinds == {"scalar"} else "?"
     return "?"
+
+
+def pointer_roots(expr: cst.BaseExpression, defs: dict, seen: frozenset = frozenset()) -> set[str]:
+    """Base names of a pointer expression: the leftmost operand of ``+`` chains, followed
+    through assignments (``p_o = o + ...`` -> {"o"})."""
+    while isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
+        expr = expr.left
+    if isinstance(expr, cst.Subscript):
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return set()
+    name = expr.value
+    if name not in defs or name in seen:
+        return {name}
+    out: set[str] = set()
+    for value in defs[name]:
+        out |= pointer_roots(value, defs, seen | {name}) or {name}
+    return out
+
+
+def memory_roots(kernel, defs, kind) -> set[str]:
+    out: set[str] = set()
+    for call in calls_in(kernel):
+        if last_part(call_name(call)) in kind and call.args:
+            out |= pointer_roots(call.args[0].value, defs)
+    return out

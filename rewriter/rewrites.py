@@ -11,3 +11,4 @@ from skel.rewriter import sk006_eviction  # noqa: F401
 from skel.rewriter import sk007_dot_precision  # noqa: F401
 from skel.rewriter import sk008_do_not_specialize  # noqa: F401
 from skel.rewriter import sk014_lazy_decay  # noqa: F401
+from skel.rewriter import sk015_empty_output  # noqa: F401

@@ -51,32 +51,6 @@ def _blocks(stmt) -> list:
     return out
 
 
-def _roots(expr: cst.BaseExpression, defs: dict, seen: frozenset = frozenset()) -> set[str]:
-    """Base names of a pointer expression: the leftmost operand of ``+`` chains, followed
-    through assignments (``p_o = o + ...`` -> {"o"})."""
-    while isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)):
-        expr = expr.left
-    if isinstance(expr, cst.Subscript):
-        expr = expr.value
-    if not isinstance(expr, cst.Name):
-        return set()
-    name = expr.value
-    if name not in defs or name in seen:
-        return {name}
-    out: set[str] = set()
-    for value in defs[name]:
-        out |= _roots(value, defs, seen | {name}) or {name}
-    return out
-
-
-def _memory_roots(kernel, defs, kind) -> set[str]:
-    out: set[str] = set()
-    for call in C.calls_in(kernel):
-        if C.last_part(C.call_name(call)) in kind and call.args:
-            out |= _roots(call.args[0].value, defs)
-    return out
-
-
 def _constexpr_chain(chain: F.Chain, constexprs: set[str]) -> bool:
     return all(C.names_in(C.expr(t)) <= constexprs for t, _ in chain)
 
@@ -88,7 +62,7 @@ class _LoopPlan:
         self.loop, self.src, self.taken = loop, src, taken
         self.defs = F.assignments(kernel)
         self.constexprs = C.constexpr_params(kernel)
-        self.stored = _memory_roots(kernel, self.defs, {"store", "atomic_add", "atomic_xchg", "atomic_cas"})
+        self.stored = F.memory_roots(kernel, self.defs, {"store", "atomic_add", "atomic_xchg", "atomic_cas"})
         self.variant = C.assigned_names(loop)
         self.hoisted: set[str] = set()
         self.moves: list[tuple[int, F.Chain, cst.BaseSmallStatement]] = []  # (line, chain, statement)
@@ -105,7 +79,7 @@ class _LoopPlan:
             name = C.last_part(C.call_name(call))
             if name in ("store", "atomic_add", "program_id", "rand", "randn"):
                 return False
-            if name == "load" and (not call.args or _roots(call.args[0].value, self.defs) & self.stored):
+            if name == "load" and (not call.args or F.pointer_roots(call.args[0].value, self.defs) & self.stored):
                 return False
         return True
 

@@ -22,9 +22,9 @@ from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions, registry
 CASES = pathlib.Path(__file__).parent / "rewrite_cases"
 MINI = (CASES / "mini_decode.py").read_text()
 OPTS = RewriteOptions()
-CODES = ("SK001", "SK003", "SK004", "SK005", "SK006", "SK007", "SK008", "SK014")
+CODES = ("SK001", "SK003", "SK004", "SK005", "SK006", "SK007", "SK008", "SK014", "SK015")
 SAFETY = {"SK001": "unsafe", "SK003": "safe", "SK004": "unsafe", "SK005": "unsafe", "SK006": "safe",
-          "SK007": "unsafe", "SK008": "safe", "SK014": "unsafe"}
+          "SK007": "unsafe", "SK008": "safe", "SK014": "unsafe", "SK015": "unsafe"}
 
 
 def run(code: str, source: str, options: RewriteOptions = OPTS):

@@ -1,0 +1,111 @@
+"""SK015 empty-output: allocate with ``empty`` an output buffer the kernel overwrites.
+
+Opportunity: a host wrapper allocates ``X = torch.zeros_like(...)`` (``torch.zeros``, ``.new_zeros``),
+passes ``X`` to the kernel's launch, the kernel only stores through that parameter (no load, no
+atomic), and the host does not read ``X``'s values between the allocation and the launch: the
+zero fill is a separate kernel launch whose result is overwritten. Instance: ``X = torch.empty_like``
+(``empty``, ``new_empty``) passed to a kernel that only stores to it.
+"""
+from __future__ import annotations
+
+import re
+
+from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.sk003_hoist_invariant_loads import root_param
+
+CODE = "SK015"
+_ALLOC = r"^\s*{name}\s*=\s*(?:torch\.({kinds})|\w+\.(new_{new}))\s*\("
+_META = r"\.(?:shape|dtype|device|stride|numel|dim|ndim|size|is_contiguous|element_size)\b|\s+is\b"
+
+
+def _alloc_line(ctx: Ctx, name: str, before: int, kinds: str, new: str) -> int | None:
+    pat = re.compile(_ALLOC.format(name=re.escape(name), kinds=kinds, new=new))
+    for ln in range(before - 1, 0, -1):
+        raw = ctx._lines[ln - 1]
+        if pat.match(raw):
+            return ln
+        if re.match(r"^def\s", raw):  # the enclosing host function starts here
+            return None
+    return None
+
+
+def _sites(ctx: Ctx, kinds: str, new: str) -> list[tuple[int, int, str, str]]:
+    """(allocation line, launch line, host name, kernel parameter) for buffers allocated as ``kinds``."""
+    out = []
+    for site in ctx.p.launches:
+        for param, text in site.args:
+            name = text.strip()
+            if re.fullmatch(r"[A-Za-z_]\w*", name):
+                ln = _alloc_line(ctx, name, site.line, kinds, new)
+                if ln is not None:
+                    out.append((ln, site.line, name, param))
+    return out
+
+
+def _zero_sites(ctx: Ctx):
+    return _sites(ctx, "zeros_like|zeros", "zeros")
+
+
+def _store_only(ctx: Ctx, param: str) -> str | None:
+    """Why the kernel's use of ``param`` needs the zeros (None when it only stores through it)."""
+    stored = False
+    for m in ctx.p.memops:
+        if root_param(ctx, m.pointer, m.line) != param:
+            continue
+        if m.kind == "store":
+            stored = True
+        else:
+            return f"line {m.line}: {m.kind} through {param}"
+    return None if stored else f"the kernel never stores through {param}"
+
+
+def _early_read(ctx: Ctx, name: str, alloc: int, launch: int) -> int | None:
+    pat = re.compile(rf"\b{re.escape(name)}\b(?!{_META})")
+    for ln in range(alloc + 1, launch):
+        if pat.search(ctx.text(ln)) and not re.match(rf"^{re.escape(name)}\s*=", ctx.text(ln)):
+            return ln
+    return None
+
+
+def host_zero_fills_output(ctx: Ctx) -> Check:
+    rows = _zero_sites(ctx)
+    if not rows:
+        return no("no buffer passed to the launch is allocated with torch.zeros / zeros_like / new_zeros")
+    return yes("; ".join(f"line {a}: {ctx.text(a)} (passed as {p} at line {ln})" for a, ln, _n, p in rows[:2]))
+
+
+def kernel_only_stores_output(ctx: Ctx) -> Check:
+    rows = _zero_sites(ctx)
+    good = [(a, p) for a, _l, _n, p in rows if _store_only(ctx, p) is None]
+    if not good:
+        why = "; ".join(f"{p}: {_store_only(ctx, p)}" for _a, _l, _n, p in rows[:2])
+        return no(why or "no zero-filled buffer")
+    return yes("; ".join(f"{p} is only stored to" for _a, p in good[:2]))
+
+
+def not_read_before_launch(ctx: Ctx) -> Check:
+    rows = _zero_sites(ctx)
+    bad = [(n, _early_read(ctx, n, a, ln)) for a, ln, n, _p in rows if _early_read(ctx, n, a, ln)]
+    if rows and len(bad) == len(rows):
+        n, ln = bad[0]
+        return no(f"line {ln}: {n} is read between its allocation and the launch")
+    if not rows:
+        return no("no zero-filled buffer")
+    return yes("the host reads the buffer's values only after the launch")
+
+
+CONDITIONS = {
+    "host-zero-fills-output": host_zero_fills_output,
+    "kernel-only-stores-output": kernel_only_stores_output,
+    "not-read-before-launch": not_read_before_launch,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(a, a, buffer=n, parameter=p, launch_line=ln) for a, ln, n, p in _zero_sites(ctx)
+            if _store_only(ctx, p) is None and _early_read(ctx, n, a, ln) is None]
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(a, a, buffer=n, parameter=p, launch_line=ln) for a, ln, n, p in _sites(ctx, "empty_like|empty", "empty")
+            if _store_only(ctx, p) is None]

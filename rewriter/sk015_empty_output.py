@@ -1,0 +1,156 @@
+"""SK015: allocate a kernel's output with ``empty`` when the kernel overwrites it.
+
+DESCRIPTION: a host wrapper that allocates ``out = torch.zeros_like(v)`` (``torch.zeros``,
+``x.new_zeros``) and passes ``out`` to a ``@triton.jit`` kernel that only stores to it (no load,
+no atomic, so no element is read before it is written) launches a separate fill kernel before
+the real one on every call: in a decode step of ~37 us that is a few per cent. The rewrite
+allocates with ``torch.empty_like`` / ``torch.empty`` / ``new_empty`` instead. The allocation
+must not be read on the host before the launch, and exactly one launch may take it.
+
+Unsafe: it assumes the kernel's stores cover every element (true for decode kernels whose grid
+and token loop cover the output; not checkable in general). The gate runs the candidate with its
+allocations poisoned (NaN), so an element left unwritten at a validated shape fails numerics.
+"""
+from __future__ import annotations
+
+import libcst as cst
+
+from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
+from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
+
+CODE = "SK015"
+SAFETY = "unsafe"
+ZEROS = {"zeros_like": "empty_like", "zeros": "empty", "new_zeros": "new_empty"}
+READS = {"load", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and",
+         "atomic_or", "atomic_xor"}
+
+
+def _zeros_call(node: cst.BaseExpression) -> cst.Call | None:
+    if isinstance(node, cst.Call) and C.last_part(C.call_name(node)) in ZEROS:
+        name = C.call_name(node) or ""
+        if name.startswith("torch.") or C.last_part(name) == "new_zeros":
+            return node
+    return None
+
+
+def _param_for(call: cst.Call, kernel: cst.FunctionDef, arg: cst.Arg) -> str | None:
+    if arg.keyword is not None:
+        return arg.keyword.value
+    names = [p.name.value for p in C.params(kernel)]
+    pos = [a for a in call.args if a.keyword is None and a.star == ""].index(arg)
+    return names[pos] if pos < len(names) else None
+
+
+class _Allocs(cst.CSTVisitor):
+    """``X = torch.zeros...(...)`` statements of one host function, and every read of each name."""
+
+    def __init__(self) -> None:
+        self.allocs: dict[str, list[cst.Assign]] = {}
+        self.empty: set[str] = set()  # names allocated with empty (what this rewrite leaves)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            if _zeros_call(node.value):
+                self.allocs.setdefault(node.targets[0].target.value, []).append(node)
+            elif isinstance(node.value, cst.Call) and C.last_part(C.call_name(node.value)) in ZEROS.values():
+                self.empty.add(node.targets[0].target.value)
+
+
+@register(CODE)
+def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
+    src = C.parse(source)
+    if isinstance(src, str):
+        return C.failed(CODE, source, src, SAFETY)
+    ks = C.kernels(src.module, options)
+    if not ks:
+        return C.no_kernel(CODE, SAFETY, source, options)
+    edits: dict = {}
+    changes: list[Change] = []
+    reasons: list[str] = []
+    launches = C.launches(src.module, {k.name.value: k for k in ks})
+    by_host: dict = {}
+    for call, kernel, host in launches:
+        by_host.setdefault(host, []).append((call, kernel))
+    done: list[str] = []
+    for host, calls in by_host.items():
+        v = _Allocs()
+        host.visit(v)
+        done += [f"{host.name.value}: {a.value.value}" for call, _k in calls for a in call.args
+                 if isinstance(a.value, cst.Name) and a.value.value in v.empty]
+        for name, allocs in v.allocs.items():
+            uses = [(call, kernel, arg) for call, kernel in calls for arg in call.args
+                    if isinstance(arg.value, cst.Name) and arg.value.value == name]
+            if not uses:
+                continue
+            why = _refusal(name, allocs, uses, v, host, src)
+            if why:
+                reasons.append(f"{host.name.value}: {name}: {why}")
+                continue
+            call, kernel, arg = uses[0]
+            for a in allocs:
+                z = _zeros_call(a.value)
+                new = ZEROS[C.last_part(C.call_name(z))]
+                edits[z.func] = lambda u, new=new: (u.with_changes(attr=cst.Name(new)) if isinstance(u, cst.Attribute)
+                                                   else cst.Name(new))
+                changes.append(Change(src.line(a), f"{host.name.value}: {name} = ...{new}(...): "
+                                      f"{kernel.name.value} only stores to {_param_for(call, kernel, arg)}"))
+    if not edits:
+        if reasons:
+            return C.skip(CODE, SAFETY, source, "not applicable: " + "; ".join(reasons))
+        if done:
+            return C.skip(CODE, SAFETY, source, "already applied: the launched outputs are allocated with empty ("
+                          + ", ".join(done) + ")")
+        return C.skip(CODE, SAFETY, source, "not applicable: no zero-filled allocation is passed to a kernel launch")
+    new = C.apply_edits(src.module, edits).code
+    return [C.applied_result(CODE, source, new, changes, f"{len(changes)} zero fill(s) dropped", SAFETY)]
+
+
+def _refusal(name, allocs, uses, v: _Allocs, host, src) -> str | None:
+    if len(uses) > 1:
+        return f"passed to {len(uses)} launches"
+    call, kernel, arg = uses[0]
+    param = _param_for(call, kernel, arg)
+    if param is None:
+        return "its kernel parameter could not be matched"
+    defs = F.assignments(kernel)
+    if param in F.memory_roots(kernel, defs, READS):
+        return f"{kernel.name.value} reads or accumulates into {param} (load or atomic), so its zeros matter"
+    if param not in F.memory_roots(kernel, defs, {"store"}):
+        return f"{kernel.name.value} never stores to {param}"
+    # between the allocation and the launch nothing may read the values (metadata and `is None` are fine)
+    launch_line, first_alloc = src.line(call), min(src.line(a) for a in allocs)
+    early = [ln for ln in _read_lines(host, name, src) if first_alloc < ln < launch_line]
+    if early:
+        return f"read on line {early[0]} between its allocation and the launch (the host may rely on the zeros)"
+    return None
+
+
+METADATA = {"shape", "dtype", "device", "stride", "numel", "dim", "ndim", "size", "is_contiguous", "element_size"}
+
+
+def _read_lines(host: cst.FunctionDef, name: str, src) -> list[int]:
+    """Lines where the values of ``name`` are read in ``host``: not assignment targets, not metadata
+    (``out.shape``), not identity tests (``out is None``)."""
+    out: list[int] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if isinstance(node.value, cst.Name) and node.value.value == name and node.attr.value in METADATA:
+                return False
+            return True
+
+        def visit_Comparison(self, node: cst.Comparison) -> bool:
+            identity = all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons)
+            return not (identity and isinstance(node.left, cst.Name) and node.left.value == name)
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name:
+                out.append(src.line(node))
+
+    host.visit(V())
+    return sorted(out)

@@ -1,0 +1,93 @@
+"""SK015 empty-output: a zero fill the kernel overwrites is dropped, and only then.
+
+fla-core 0.6.0's KDA decode wrapper (``out = torch.zeros_like(v)``) is rewritten and run in the
+interpreter against the original; accumulators, read-before-write kernels and buffers the host
+reads before the launch are refused with the reason; a kernel that leaves part of the buffer
+unwritten is rewritten (static analysis cannot see it) but the gate's poisoned allocations show
+the unwritten elements as NaN.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
+from skel.rewriter.sk015_empty_output import rewrite
+from skel.validate.numerics import poisoned_allocations
+
+from test_merge_tiles import _close, _fla, _kda_inputs, _load
+from test_rewrites import assert_contract
+
+BASE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_kernel(x, o, N, D: tl.constexpr):
+    i = tl.program_id(0)
+    r = tl.arange(0, D)
+    KERNEL_BODY
+
+
+def rows(x):
+    N, D = x.shape
+    o = ALLOC
+    HOST_LINE
+    rows_kernel[(N,)](x, o, N, D=D)
+    return o
+'''
+
+
+def _src(body="tl.store(o + i * D + r, tl.load(x + i * D + r) * 2.0)", alloc="torch.zeros_like(x)", host="pass"):
+    return BASE.replace("KERNEL_BODY", body).replace("ALLOC", alloc).replace("HOST_LINE", host)
+
+
+def test_upstream_kda_wrapper_drops_its_zero_fill(fla_corpus, tmp_path):
+    _fla(fla_corpus)
+    import fla.ops.kda.fused_recurrent as up
+
+    src = (fla_corpus / "fla/ops/kda/fused_recurrent.py").read_text()
+    [r] = rewrite(src, RewriteOptions())
+    assert_contract(src, r)
+    assert "out = torch.empty_like(v)" in r.source and "torch.zeros_like(v)" not in r.source
+    new = _load(r.source, tmp_path, "fla_kda_sk015")
+    x = _kda_inputs(2, 3, 2, 4, 32, 64, seed=5)
+    kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+              scale=32 ** -0.5, output_final_state=True, inplace_final_state=False, use_qk_l2norm_in_kernel=True,
+              use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+    o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
+    with poisoned_allocations():  # as the gate runs it: anything left unwritten would be NaN
+        o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
+    _close(o1, o0, "output")
+    _close(s1, s0, "state")
+
+
+@pytest.mark.parametrize("src,why", [
+    (_src(body="tl.atomic_add(o + r, tl.load(x + i * D + r))"), "reads or accumulates into o"),
+    (_src(body="tl.store(o + i * D + r, tl.load(o + i * D + r) + 1.0)"), "reads or accumulates into o"),
+    (_src(host="o += 1"), "read on line"),
+    (_src(body="b = tl.load(x + i * D + r)"), "never stores to o"),
+])
+def test_refusals_say_why(src, why):
+    [r] = rewrite(src, RewriteOptions())
+    assert r.status == SKIPPED and why in r.reason, r.reason
+
+
+def test_metadata_and_none_tests_are_not_reads():
+    [r] = rewrite(_src(host="assert o.shape == x.shape and o is not None"), RewriteOptions())
+    assert r.status == APPLIED and "o = torch.empty_like(x)" in r.source, r.reason
+
+
+def test_a_partial_writer_is_caught_by_the_poisoned_allocations(tmp_path):
+    """Half the rows are written: the static conditions hold (only stores), the gate's poison shows it."""
+    src = _src(body="tl.store(o + i * D + r, tl.load(x + i * D + r) * 2.0, mask=i < N // 2)")
+    [r] = rewrite(src, RewriteOptions())
+    assert r.status == APPLIED
+    x = torch.randn(6, 16)
+    base, new = _load(src, tmp_path, "half_base"), _load(r.source, tmp_path, "half_new")
+    want = base.rows(x)
+    with poisoned_allocations():
+        got = new.rows(x)
+    assert torch.isnan(got[3:]).all() and torch.equal(got[:3], want[:3])
