@@ -51,6 +51,9 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     kda_lazy) run kda_lazy "$KDA_SHAPES" /tmp/work/kda_decode.py --skeleton SK002 --skeleton SK014 --exhaustive --max-candidates 24 --no-record ;;
     kda_upstream_lazy) run kda_upstream_lazy "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK002 --skeleton SK014 \
       --exhaustive --max-candidates 24 --no-record ;;
+    kda_lazy_greedy) run kda_lazy_greedy "$KDA_SHAPES" /tmp/work/kda_decode.py --skeleton SK002 --skeleton SK014 --no-record ;;
+    kda_upstream_empty) run kda_upstream_empty "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK002 --skeleton SK014 \
+      --skeleton SK015 --no-record ;;
     gdn_upstream_sk002) run gdn_upstream_sk002 "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --skeleton SK002 --no-record ;;
   esac
 done
