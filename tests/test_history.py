@@ -176,10 +176,13 @@ def test_cli_list_preview_shows_candidates_and_promote_writes_a_checked_folder(r
     assert main(["catalog", "list", "--status", "stable", "--catalog", str(db), "--json"]) == 0
     assert all(e.get("origin") != "history" for e in json.loads(capsys.readouterr().out))
 
+    from skel.catalog.promote import next_code
+
+    new_code = next_code(lib)  # the library's next free code (SK016 with SK001-SK015 shipped)
     assert main(["catalog", "promote", code, "--catalog", str(db), "--library", str(lib)]) == 0
-    folder = lib / "SK014-sqrt-to-rsqrt"
+    folder = lib / f"{new_code}-sqrt-to-rsqrt"
     sk, problems = load_skeleton(folder)
-    assert problems == [] and sk.code == "SK014" and sk.transformation.kind == "pattern"
+    assert problems == [] and sk.code == new_code and sk.transformation.kind == "pattern"
     assert [p.line for p in sk.provenance] == [10, 19, 29]
     capsys.readouterr()
     assert main(["catalog", "promote", code, "--check", "--catalog", str(db), "--library", str(lib)]) == 0
@@ -188,7 +191,7 @@ def test_cli_list_preview_shows_candidates_and_promote_writes_a_checked_folder(r
     assert "docs.md: differs" in capsys.readouterr().err
     assert main(["catalog", "promote", code, "--catalog", str(db), "--library", str(lib)]) == 2  # already promoted
     with open_catalog(db) as cat:
-        assert cat.candidate(code).promoted_as == "SK014"
+        assert cat.candidate(code).promoted_as == new_code
 
 
 def test_v2_catalog_is_migrated_to_v3_with_empty_history_tables(tmp_path):
