@@ -107,6 +107,14 @@ def _scaled(expr: str, factors: list[Factor], chain: F.Chain, op: str, tile: boo
     return out
 
 
+def _sum_axis(call: cst.Call) -> int | None:
+    """The literal axis of ``tl.sum(x, 0)`` / ``tl.sum(x, axis=1)``; None for a full or computed reduction."""
+    arg = C.kwarg(call, "axis") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+    if arg is not None and isinstance(arg.value, cst.Integer):
+        return int(arg.value.value)
+    return None
+
+
 def _other(axis: str) -> str:
     return COL if axis == ROW else ROW
 
@@ -134,6 +142,8 @@ class _Reads(cst.CSTVisitor):
                 for tile, vec in ((prod.left, prod.right), (prod.right, prod.left)):
                     axis = _bcast_axis(vec)
                     if _is_name(tile, self.s) and axis and self.s not in C.names_in(vec):
+                        if _sum_axis(node) != (0 if axis == ROW else 1) and self.on(_other(axis)):
+                            return  # the other axis' factor varies along the summed axis: not a scaling of the result
                         self.handled.add(id(tile))
                         ops, res = self.on(axis), self.on(_other(axis)) + self.scalars()  # a scalar scales the [BV] result
                         self.edits[vec.value] = lambda u, fs=ops: cst.parse_expression(
@@ -352,7 +362,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
                                      "(S *= exp(g), S = S * d[:, None])")
         return C.skip(CODE, SAFETY, source, f"not applicable: {why}")
     new = C.apply_edits(src.module, edits).code
-    summary = f"state decay carried as a running factor in {len(changes)} loop(s)"
+    n_states = sum(len(v) for v in wraps.values())
+    summary = f"state decay carried as a running factor for {n_states} state tile(s) in {len(wraps)} loop(s)"
     if reasons:
         summary += f" (left: {'; '.join(reasons)})"
     return [C.applied_result(CODE, source, new, changes, summary, SAFETY)]

@@ -156,3 +156,30 @@ def test_constexpr_branches_get_their_own_factor(tmp_path):
             outs.append((o, s))
         _close(outs[1][0], outs[0][0], f"USE={use} output")
         _close(outs[1][1], outs[0][1], f"USE={use} state")
+
+
+TWO_AXES = KERNEL.replace("        h *= tl.exp(b_g)[:, None]\n",
+                          "        h *= tl.exp(b_g)[:, None]\n        h *= tl.exp(b_x)[None, :]\n")
+
+
+def test_row_and_column_gates_match_original(tmp_path):
+    src = TWO_AXES.replace("BODY", "b_u = tl.sum(h * b_g[:, None], axis=0)\n        h += b_x[:, None] * b_u[None, :]")
+    [r] = lazy(src, RewriteOptions())
+    assert r.status == APPLIED and "h_rdecay" in r.source and "h_cdecay" in r.source, r.reason
+    base, new = _load(src, tmp_path, "two_base"), _load(r.source, tmp_path, "two_lazy")
+    gen = torch.Generator().manual_seed(1)
+    x, g = -torch.rand(3, 3, 16, generator=gen), -torch.rand(3, 3, 16, generator=gen)
+    s0 = torch.randn(3, 16, 16, generator=gen)
+    outs = []
+    for mod in (base, new):
+        s, o = s0.clone(), torch.empty(3, 3, 16)
+        mod.step[(3,)](x, g, s, o, 3, D=16, USE=True)
+        outs.append((o, s))
+    _close(outs[1][0], outs[0][0], "output")
+    _close(outs[1][1], outs[0][1], "state")
+
+
+def test_a_sum_across_the_other_axis_with_a_column_factor_is_refused():
+    """sum_j S_ij u_i with S = r H s^T: s_j varies along the summed axis, so it cannot scale the result."""
+    [r] = lazy(TWO_AXES.replace("BODY", "b_x = tl.sum(h * b_x[:, None], 1)"), RewriteOptions())
+    assert r.status == SKIPPED and "b_x = tl.sum(h * b_x[:, None], 1)" in r.reason, r.reason
