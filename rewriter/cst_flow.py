@@ -20,30 +20,37 @@ Chain = tuple[Cond, ...]
 
 def walk(
     body: Iterable[cst.BaseStatement], chain: Chain = (), loops: tuple[cst.For, ...] = ()
-) -> Iterator[tuple[cst.BaseSmallStatement, cst.SimpleStatementLine, Chain, tuple[cst.For, ...]]]:
+) -> Iterator[tuple[cst.BaseSmallStatement, cst.SimpleStatementLine | cst.SimpleStatementSuite, Chain, tuple[cst.For, ...]]]:
     """Every small statement under ``body`` in source order, with the if-conditions and
-    for-loops enclosing it (relative to ``body``)."""
+    for-loops enclosing it (relative to ``body``). The second item is the statement line that
+    holds it: a ``SimpleStatementSuite`` for a one-line body (``if c: x = 1``), which callers that
+    move or replace whole lines must leave alone."""
     for stmt in body:
-        if isinstance(stmt, cst.SimpleStatementLine):
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             for small in stmt.body:
                 yield small, stmt, chain, loops
         elif isinstance(stmt, cst.If):
             yield from _walk_if(stmt, chain, loops)
         elif isinstance(stmt, (cst.For, cst.While)):
             inner = loops + (stmt,) if isinstance(stmt, cst.For) else loops
-            yield from walk(stmt.body.body, chain, inner)
+            yield from walk(_stmts(stmt.body), chain, inner)
         elif isinstance(stmt, (cst.With, cst.Try)):
-            yield from walk(stmt.body.body, chain, loops)
+            yield from walk(_stmts(stmt.body), chain, loops)
+
+
+def _stmts(block: cst.BaseSuite) -> list:
+    """The statements of a block; a one-line suite is its own single statement line."""
+    return [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
 
 
 def _walk_if(stmt: cst.If, chain: Chain, loops):
     test = code_of(stmt.test)
-    yield from walk(stmt.body.body, chain + ((test, True),), loops)
+    yield from walk(_stmts(stmt.body), chain + ((test, True),), loops)
     orelse = stmt.orelse
     if isinstance(orelse, cst.If):  # elif: the else of this test, then the elif's own test
         yield from _walk_if(orelse, chain + ((test, False),), loops)
     elif isinstance(orelse, cst.Else):
-        yield from walk(orelse.body.body, chain + ((test, False),), loops)
+        yield from walk(_stmts(orelse.body), chain + ((test, False),), loops)
 
 
 def contradicts(a: Chain, b: Chain) -> bool:

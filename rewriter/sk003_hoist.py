@@ -97,6 +97,7 @@ class _LoopPlan:
             for small, line, chain, loops in items:
                 x = F.single_target(small)
                 if (x and not loops and line not in self.remove and isinstance(small, cst.Assign)
+                        and isinstance(line, cst.SimpleStatementLine)  # a one-line if/for body stays put
                         and len(line.body) == 1 and counts.get(x) == 1 and x not in read_before
                         and C.calls_in(small.value) and self.invariant(small.value)
                         and (any(C.is_load(c) for c in C.calls_in(small.value)) or C.names_in(small.value) & self.hoisted)

@@ -9,8 +9,9 @@ with ``r`` (rows) and ``s`` (columns) the running products of the gates, kept in
 vectors (or one scalar): a contraction scales its small operand (``u * r``), an update divides
 its small operand (``a / r``), a store writes ``H * r[:, None]``, and the tile is scaled once
 after the loop. Per element and step that is three operations instead of four. A factor that
-leaves [1e-20, 1e20] is flushed into the tile at once (that step then decays the tile as
-written), so nothing over- or underflows where the original did not.
+leaves [1e-20, 1e20] (10^+-(20/n) when n factors share the tile) is flushed into the tile at once
+(that step then decays the tile as written), so nothing over- or underflows where the original
+did not.
 
 Unsafe: the products are formed in a different order (rounding differs in the last bits).
 """
@@ -28,7 +29,6 @@ CODE = "SK014"
 SAFETY = "unsafe"
 MARKER = "skel SK014"
 ROW, COL, SCALAR = "row", "col", "scalar"
-LIMIT, LOW = "1e20", "1e-20"
 
 
 def _bcast_axis(node: cst.BaseExpression) -> str | None:
@@ -122,8 +122,10 @@ def _other(axis: str) -> str:
 class _Reads(cst.CSTVisitor):
     """The reads of the state in one statement of the loop, each given its edit."""
 
-    def __init__(self, state: str, factors: list[Factor], chain: F.Chain, edits: dict, result_axis: str = COL) -> None:
+    def __init__(self, state: str, factors: list[Factor], chain: F.Chain, edits: dict, result_axis: str = COL,
+                 extent_of=lambda node: set()) -> None:
         self.s, self.factors, self.chain, self.edits = state, factors, chain, edits
+        self.extent_of = extent_of  # node -> the tl.arange extents its value depends on
         self.result_axis = result_axis  # the axis contractions of the state leave (COL for sums over rows)
         self.handled: set[int] = set()  # ids of Name nodes whose read is rewritten
         self.unhandled = False
@@ -146,10 +148,10 @@ class _Reads(cst.CSTVisitor):
                             return  # the other axis' factor varies along the summed axis: not a scaling of the result
                         self.handled.add(id(tile))
                         ops, res = self.on(axis), self.on(_other(axis)) + self.scalars()  # a scalar scales the [BV] result
-                        self.edits[vec.value] = lambda u, fs=ops: cst.parse_expression(
-                            _scaled(C.code_of(u), fs, self.chain, "*"))
-                        self.edits[node] = lambda u, fs=res: cst.parse_expression(
-                            _scaled(C.code_of(u), fs, self.chain, "*"))
+                        C.chain_edit(self.edits, vec.value, lambda u, fs=ops: cst.parse_expression(
+                            _scaled(C.code_of(u), fs, self.chain, "*")))
+                        C.chain_edit(self.edits, node, lambda u, fs=res: cst.parse_expression(
+                            _scaled(C.code_of(u), fs, self.chain, "*")))
                         return
         if name == "store" and len(node.args) >= 2:
             fs = self.on(ROW) + self.on(COL) + self.scalars()
@@ -159,7 +161,7 @@ class _Reads(cst.CSTVisitor):
                 if id(n) in inside:
                     continue
                 self.handled.add(id(n))
-                self.edits[n] = lambda u, fs=fs: cst.parse_expression(_scaled(self.s, fs, self.chain, "*", tile=True))
+                C.chain_edit(self.edits, n, lambda u, fs=fs: cst.parse_expression(_scaled(self.s, fs, self.chain, "*", tile=True)))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if _is_name(node.target, self.s):
@@ -195,8 +197,12 @@ class _Reads(cst.CSTVisitor):
         if len(axes) != len([a for _, a in sides if a]) or not axes:
             self.unhandled = True
             return
-        if len(axes) == 1:  # the other operand is an implicit row vector (a[:, None] * b)
-            sides = [(x, a or _other(next(iter(axes)))) for x, a in sides]
+        if len(axes) == 1:  # a[:, None] * b: a bare [V] vector broadcasts as a row, b[None, :]
+            (_bx, ba), (px, _pa) = sorted(sides, key=lambda sa: sa[1] is None)
+            if ba != ROW or not self.extent_of(px):
+                self.unhandled = True  # a[None, :] * b or a[:, None] * scalar: not an outer product
+                return
+            sides = [(x, a or COL) for x, a in sides]
         # a scalar divides one operand only: the one along the contractions' result axis (the [BV]
         # delta in a [K, V] tile), which is already in the layout the update broadcasts
         scalar_side = next((i for i, (_x, a) in enumerate(sides) if a == self.result_axis), 0)
@@ -205,12 +211,13 @@ class _Reads(cst.CSTVisitor):
             if not fs:
                 continue
             target = x.value if _bcast_axis(x) else x
-            self.edits[target] = lambda u, fs=fs: cst.parse_expression(_scaled(C.code_of(u), fs, self.chain, "/"))
+            C.chain_edit(self.edits, target, lambda u, fs=fs: cst.parse_expression(_scaled(C.code_of(u), fs, self.chain, "/")))
 
 
 def _decay_of(small: cst.BaseSmallStatement, name: str) -> cst.BaseExpression | None:
     """The multiplier when ``small`` is ``S *= X`` or ``S = S * X`` / ``S = X * S``."""
-    if isinstance(small, cst.AugAssign) and _is_name(small.target, name) and isinstance(small.operator, cst.MultiplyAssign):
+    if (isinstance(small, cst.AugAssign) and _is_name(small.target, name) and isinstance(small.operator, cst.MultiplyAssign)
+            and name not in C.names_in(small.value)):
         return small.value
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and _is_name(small.targets[0].target, name):
         v = small.value
@@ -232,16 +239,47 @@ def _strip(expr: cst.BaseExpression, sub: cst.Subscript) -> cst.BaseExpression:
 
 
 def _arange_names(kernel: cst.FunctionDef) -> dict[str, str]:
-    """name -> extent for names assigned from an expression holding ``arange(0, E)``."""
+    """name -> extent (``hi``, or ``hi - lo``) for names assigned from an expression holding
+    ``arange(lo, hi)``; tuple assignments (``r, c = tl.arange(0, M), tl.arange(0, N)``) pair up."""
     out: dict[str, str] = {}
-    for small, _line, _chain, _loops in F.walk(kernel.body.body):
-        name = F.single_target(small)
-        if not name or not isinstance(small, (cst.Assign, cst.AugAssign)):
-            continue
-        for call in C.calls_in(small.value):
+
+    def extent(value: cst.BaseExpression) -> str | None:
+        for call in C.calls_in(value):
             if C.last_part(C.call_name(call)) == "arange" and len(call.args) == 2:
-                out[name] = C.code_of(call.args[1].value)
+                lo, hi = (C.code_of(a.value) for a in call.args)
+                return hi if lo == "0" else f"({hi}) - ({lo})"
+        return None
+
+    for small, _line, _chain, _loops in F.walk(kernel.body.body):
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+            if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+            else:
+                pairs = [(target, value)]
+            for t, v in pairs:
+                if isinstance(t, cst.Name) and (e := extent(v)):
+                    out[t.value] = e
+        elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) and (e := extent(small.value)):
+            out[small.target.value] = e
     return out
+
+
+_TENSOR_MAKERS = {"full", "zeros", "ones", "zeros_like", "full_like", "make_block_ptr", "broadcast_to", "reshape",
+                  "view", "join", "cat", "trans", "permute", "expand_dims"}
+
+
+def _tensor_made(names: set[str], defs: dict, seen: set | None = None) -> bool:
+    """Does a value reading ``names`` depend on a tensor built without tl.arange (tl.full([D, D]), a block pointer)?"""
+    seen = set() if seen is None else seen
+    for n in names - seen:
+        seen.add(n)
+        for value in defs.get(n, ()):
+            if any(C.last_part(C.call_name(c)) in _TENSOR_MAKERS for c in C.calls_in(value)):
+                return True
+            if _tensor_made(C.names_in(value), defs, seen):
+                return True
+    return False
 
 
 def _extents(names: set[str], deps, aranges: dict[str, str]) -> set[str]:
@@ -276,6 +314,7 @@ def _decays(loop: cst.For, kernel, deps, aranges) -> dict[str, list[Decay]]:
     """State name -> the decay statements of the loop (states the kernel also assigns outside it)."""
     out: dict[str, list[Decay]] = {}
     before = _assigned_before(kernel, loop)
+    defs = F.assignments(kernel)
     for small, line, chain, loops in F.walk(loop.body.body):
         if loops or len(line.body) != 1:
             continue
@@ -285,12 +324,18 @@ def _decays(loop: cst.For, kernel, deps, aranges) -> dict[str, list[Decay]]:
         mult = _decay_of(small, name)
         if mult is None:
             continue
+        if not isinstance(line, cst.SimpleStatementLine) or C.has_reduction(mult):
+            continue  # a one-line if/for body, or a gate computed by a reduction: left as a read (refused)
         subs = _broadcasts(mult)
+        others = C.names_in(_strip(mult, subs[0]) if len(subs) == 1 else mult) - (C.names_in(subs[0].value) if subs else set())
+        if _extents(others, deps, aranges) or _tensor_made(C.names_in(mult), defs, set()) or (
+                not subs and any(C.last_part(C.call_name(c)) in _TENSOR_MAKERS for c in C.calls_in(mult))):
+            continue  # another tensor operand: neither a pure row/column gate nor a scalar
         if len(subs) == 1:
             exts = _extents(C.names_in(subs[0].value), deps, aranges)
             out.setdefault(name, []).append(Decay(line, _bcast_axis(subs[0]), _strip(mult, subs[0]), chain,
                                                   exts.pop() if len(exts) == 1 else None))
-        elif not subs and not _extents(C.names_in(mult), deps, aranges) and not C.has_reduction(mult):
+        elif not subs:
             out.setdefault(name, []).append(Decay(line, SCALAR, mult, chain))
     return out
 
@@ -339,13 +384,12 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
             if _block_of(kernel, loop) is None:
                 continue
             for state, decays in _decays(loop, kernel, deps, aranges).items():
-                plan = _plan(state, loop, decays, consts, taken, tl)
+                plan = _plan(state, loop, decays, consts, taken, tl, deps, aranges, dict(edits))
                 where = f"{kernel.name.value} line {src.line(loop)}: state {state}"
                 if isinstance(plan, str):
                     reasons.append(f"{where}: {plan}")
                     continue
-                factors, edit_map, read_lines = plan
-                edits.update(edit_map)
+                factors, edits, read_lines = plan  # the plan extended (chained) the edits of earlier states
                 wraps.setdefault(loop, []).append((state, factors))
                 names = ", ".join(f.name for f in factors)
                 changes.append(Change(src.line(loop), f"{kernel.name.value}: {state} starts with running decay "
@@ -369,7 +413,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     return [C.applied_result(CODE, source, new, changes, summary, SAFETY)]
 
 
-def _plan(state, loop, decays, consts, taken, tl):
+def _plan(state, loop, decays, consts, taken, tl, deps, aranges, edits):
     """(factors, edits) for one state of one loop, or the reason it cannot be carried lazily."""
     for d in decays:
         for test, _pol in d.chain:
@@ -387,13 +431,13 @@ def _plan(state, loop, decays, consts, taken, tl):
         factors.append(f)
         for d in ds:
             of[d.stmt] = f
-    edits: dict = {}
     decay_lines = {d.stmt for d in decays}
     read_lines = []
     for small, line, chain, _loops in F.walk(loop.body.body):
         if line in decay_lines:
             continue
-        reads = _Reads(state, factors, chain, edits, _result_axis(loop, state))
+        reads = _Reads(state, factors, chain, edits, _result_axis(loop, state),
+                       lambda node: _extents(C.names_in(node), deps, aranges))
         small.visit(reads)
         if reads.handled:
             read_lines.append(small)
@@ -404,7 +448,7 @@ def _plan(state, loop, decays, consts, taken, tl):
         if state in C.names_in(node):
             return f"a loop or if condition reads it: `{C.code_of(node).strip()}`"
     for d in decays:
-        edits[d.stmt] = _decay_edit(d, of[d.stmt], state, tl)
+        edits[d.stmt] = _decay_edit(d, of[d.stmt], state, tl, 20 // len(factors))
     return factors, edits, read_lines
 
 
@@ -446,18 +490,20 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-def _decay_edit(d: Decay, f: Factor, state: str, tl: str):
-    """``S *= g`` -> ``f = f * g`` and a flush of ``f`` into the tile when it leaves [1e-20, 1e20]."""
+def _decay_edit(d: Decay, f: Factor, state: str, tl: str, digits: int):
+    """``S *= g`` -> ``f = f * g`` and a flush of ``f`` into the tile when it leaves [1e-D, 1eD]; with n
+    factors on one tile D = 20 // n, so their product (the tile holds S divided by it) stays within 1e+-20."""
+    low, high = f"1e-{digits}", f"1e{digits}"
     if f.axis == SCALAR:  # two compares, no division: the check sits on the step's critical path
-        out = f"({f.name} < {LOW}) | ({f.name} > {LIMIT})"
+        out = f"({f.name} < {low}) | ({f.name} > {high})"
     else:
-        out = f"({tl}.min({f.name}) < {LOW}) | ({tl}.max({f.name}) > {LIMIT})"
+        out = f"({tl}.min({f.name}) < {low}) | ({tl}.max({f.name}) > {high})"
     code = C.code_of(d.factor)
 
     def edit(upd: cst.SimpleStatementLine):
         first = cst.parse_statement(f"{f.name} = {f.name} * ({code})\n").with_changes(leading_lines=upd.leading_lines)
         flush = cst.parse_statement(
-            f"if {out}:  # {MARKER}: flush the factor into the tile (it left [1e-20, 1e20])\n"
+            f"if {out}:  # {MARKER}: flush the factor into the tile (it left [{low}, {high}])\n"
             f"    {state} = {state} * {f.name}{f.bc()}\n"
             f"    {f.name} = {f.name} * 0.0 + 1.0\n")
         return cst.FlattenSentinel([first, flush])

@@ -22,8 +22,6 @@ from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
 CODE = "SK015"
 SAFETY = "unsafe"
 ZEROS = {"zeros_like": "empty_like", "zeros": "empty", "new_zeros": "new_empty"}
-READS = {"load", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and",
-         "atomic_or", "atomic_xor"}
 
 
 def _zeros_call(node: cst.BaseExpression) -> cst.Call | None:
@@ -43,11 +41,18 @@ def _param_for(call: cst.Call, kernel: cst.FunctionDef, arg: cst.Arg) -> str | N
 
 
 class _Allocs(cst.CSTVisitor):
-    """``X = torch.zeros...(...)`` statements of one host function, and every read of each name."""
+    """``X = torch.zeros...(...)`` statements of one host function (not of functions nested in it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: cst.FunctionDef) -> None:
+        self.host = host
         self.allocs: dict[str, list[cst.Assign]] = {}
         self.empty: set[str] = set()  # names allocated with empty (what this rewrite leaves)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.host
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -65,36 +70,34 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     ks = C.kernels(src.module, options)
     if not ks:
         return C.no_kernel(CODE, SAFETY, source, options)
+    helpers = {k.name.value: k for k in C.kernels(src.module)}  # every @triton.jit function, helpers included
     edits: dict = {}
     changes: list[Change] = []
     reasons: list[str] = []
-    launches = C.launches(src.module, {k.name.value: k for k in ks})
     by_host: dict = {}
-    for call, kernel, host in launches:
+    for call, kernel, host in C.launches(src.module, {k.name.value: k for k in ks}):
         by_host.setdefault(host, []).append((call, kernel))
     done: list[str] = []
     for host, calls in by_host.items():
-        v = _Allocs()
+        v = _Allocs(host)
         host.visit(v)
         done += [f"{host.name.value}: {a.value.value}" for call, _k in calls for a in call.args
                  if isinstance(a.value, cst.Name) and a.value.value in v.empty]
         for name, allocs in v.allocs.items():
-            uses = [(call, kernel, arg) for call, kernel in calls for arg in call.args
-                    if isinstance(arg.value, cst.Name) and arg.value.value == name]
+            uses = [(call, kernel, arg) for call, kernel in calls for arg in call.args if name in C.names_in(arg.value)]
             if not uses:
                 continue
-            why = _refusal(name, allocs, uses, v, host, src)
+            why, alloc = _refusal(name, allocs, uses, host, src, helpers)
             if why:
                 reasons.append(f"{host.name.value}: {name}: {why}")
                 continue
             call, kernel, arg = uses[0]
-            for a in allocs:
-                z = _zeros_call(a.value)
-                new = ZEROS[C.last_part(C.call_name(z))]
-                edits[z.func] = lambda u, new=new: (u.with_changes(attr=cst.Name(new)) if isinstance(u, cst.Attribute)
-                                                   else cst.Name(new))
-                changes.append(Change(src.line(a), f"{host.name.value}: {name} = ...{new}(...): "
-                                      f"{kernel.name.value} only stores to {_param_for(call, kernel, arg)}"))
+            z = _zeros_call(alloc.value)
+            new = ZEROS[C.last_part(C.call_name(z))]
+            edits[z.func] = lambda u, new=new: (u.with_changes(attr=cst.Name(new)) if isinstance(u, cst.Attribute)
+                                               else cst.Name(new))
+            changes.append(Change(src.line(alloc), f"{host.name.value}: {name} = ...{new}(...): "
+                                  f"{kernel.name.value} only stores to {_param_for(call, kernel, arg)}"))
     if not edits:
         if reasons:
             return C.skip(CODE, SAFETY, source, "not applicable: " + "; ".join(reasons))
@@ -106,24 +109,51 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     return [C.applied_result(CODE, source, new, changes, f"{len(changes)} zero fill(s) dropped", SAFETY)]
 
 
-def _refusal(name, allocs, uses, v: _Allocs, host, src) -> str | None:
+_LOADS = {"load", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or",
+          "atomic_xor"}
+
+
+def _through(kernel: cst.FunctionDef, param: str, kinds: set[str]) -> list[cst.Call]:
+    """Memory calls of ``kinds`` whose pointer argument depends on ``param`` (by any operand, block
+    pointers included), following the kernel's assignments."""
+    deps = F.dependencies(kernel)
+    return [c for c in C.calls_in(kernel) if C.last_part(C.call_name(c)) in kinds and c.args
+            and F.depends_on(C.names_in(c.args[0].value), {param}, deps)]
+
+
+def _refusal(name, allocs, uses, host, src, helpers) -> tuple[str | None, cst.Assign | None]:
+    """(why the zero fill must stay, None) or (None, the allocation that reaches the launch)."""
     if len(uses) > 1:
-        return f"passed to {len(uses)} launches"
+        return f"passed {len(uses)} times to kernel launches", None
     call, kernel, arg = uses[0]
+    if arg.star or not isinstance(arg.value, cst.Name):
+        return f"passed as `{C.code_of(arg).strip()}`, not as one argument", None
+    if not any(isinstance(st, cst.SimpleStatementLine) and call in C.calls_in(st) for st in host.body.body):
+        return "launched under a condition or in a loop, so a path may return it unwritten", None
     param = _param_for(call, kernel, arg)
     if param is None:
-        return "its kernel parameter could not be matched"
-    defs = F.assignments(kernel)
-    if param in F.memory_roots(kernel, defs, READS):
-        return f"{kernel.name.value} reads or accumulates into {param} (load or atomic), so its zeros matter"
-    if param not in F.memory_roots(kernel, defs, {"store"}):
-        return f"{kernel.name.value} never stores to {param}"
-    # between the allocation and the launch nothing may read the values (metadata and `is None` are fine)
-    launch_line, first_alloc = src.line(call), min(src.line(a) for a in allocs)
-    early = [ln for ln in _read_lines(host, name, src) if first_alloc < ln < launch_line]
+        return "its kernel parameter could not be matched", None
+    reads = _through(kernel, param, _LOADS)
+    if reads:
+        return (f"{kernel.name.value} reads or accumulates into {param} "
+                f"(`{C.code_of(reads[0]).strip()[:60]}`), so its zeros matter"), None
+    deps = F.dependencies(kernel)
+    for c in C.calls_in(kernel):
+        callee = C.last_part(C.call_name(c))
+        if callee in helpers and helpers[callee] is not kernel and any(
+                F.depends_on(C.names_in(a.value), {param}, deps) for a in c.args):
+            return f"{kernel.name.value} passes {param} to the helper {callee}, which is not checked", None
+    if not _through(kernel, param, {"store"}):
+        return f"{kernel.name.value} never stores to {param}", None
+    launch_line = src.line(call)
+    before = [a for a in allocs if src.line(a) < launch_line]
+    if not before:
+        return "allocated after the launch", None
+    alloc = max(before, key=src.line)  # the allocation that reaches the launch
+    early = [ln for ln in _read_lines(host, name, src) if src.line(alloc) < ln < launch_line]
     if early:
-        return f"read on line {early[0]} between its allocation and the launch (the host may rely on the zeros)"
-    return None
+        return f"read on line {early[0]} between its allocation and the launch (the host may rely on the zeros)", None
+    return None, alloc
 
 
 METADATA = {"shape", "dtype", "device", "stride", "numel", "dim", "ndim", "size", "is_contiguous", "element_size"}

@@ -91,3 +91,60 @@ def test_a_partial_writer_is_caught_by_the_poisoned_allocations(tmp_path):
     with poisoned_allocations():
         got = new.rows(x)
     assert torch.isnan(got[3:]).all() and torch.equal(got[:3], want[:3])
+
+
+# ------------------------------------------------------------------ review cases (session 4)
+
+TWO = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k_store(x, o, N, D: tl.constexpr):
+    i = tl.program_id(0)
+    r = tl.arange(0, D)
+    tl.store(o + i * D + r, tl.load(x + i * D + r) * 2.0)
+
+
+@triton.jit
+def k_read(x, o, N, D: tl.constexpr):
+    i = tl.program_id(0)
+    r = tl.arange(0, D)
+    KERNEL_READ
+
+
+@triton.jit
+def _acc(p, v):
+    tl.atomic_add(p, v)
+
+
+def f(x, run=True):
+    N, D = x.shape
+    HOST
+'''
+
+
+@pytest.mark.parametrize("read,host,why", [
+    ("tl.store(o + i * D + r, tl.load(i * D + r + o) + 1.0)", "o = torch.zeros_like(x)\n    k_read[(N,)](x, o, N, D=D)\n    return o",
+     "reads or accumulates into o"),  # the parameter is not the leftmost operand
+    ("_acc(o + i * D + r, tl.load(x + i * D + r))\n    tl.store(o + r, r * 0.0)",
+     "o = torch.zeros_like(x)\n    k_read[(N,)](x, o, N, D=D)\n    return o", "helper _acc"),
+    ("pass", "o = torch.zeros_like(x)\n    if run:\n        k_store[(N,)](x, o, N, D=D)\n    return o", "under a condition"),
+    ("pass", "bufs = torch.zeros(1, N, D)\n    k_store[(N,)](x, *bufs, N, D=D)\n    return bufs", "not as one argument"),
+])
+def test_review_refusals(read, host, why):
+    [r] = rewrite(TWO.replace("KERNEL_READ", read).replace("HOST", host), RewriteOptions())
+    assert r.status == SKIPPED and why in r.reason, r.reason
+
+
+def test_only_the_allocation_that_reaches_the_launch_changes_and_nested_functions_are_their_own_hosts():
+    host = ("o = torch.zeros_like(x)\n    k_store[(N,)](x, o, N, D=D)\n    y = o.clone()\n    o = torch.zeros_like(x)\n"
+            "    o[0] += 1.0\n\n    def g():\n        o = torch.zeros_like(x)\n        k_read[(N,)](x, o, N, D=D)\n"
+            "        return o\n    return y, o, g()")
+    src = TWO.replace("KERNEL_READ", "tl.store(o + i * D + r, tl.load(o + i * D + r) + 1.0)").replace("HOST", host)
+    [r] = rewrite(src, RewriteOptions())
+    assert r.status == APPLIED and len(r.changes) == 1, r.reason
+    body = r.source.split("def f(")[1]
+    assert body.count("torch.empty_like(x)") == 1 and body.count("torch.zeros_like(x)") == 2

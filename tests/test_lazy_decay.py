@@ -183,3 +183,71 @@ def test_a_sum_across_the_other_axis_with_a_column_factor_is_refused():
     """sum_j S_ij u_i with S = r H s^T: s_j varies along the summed axis, so it cannot scale the result."""
     [r] = lazy(TWO_AXES.replace("BODY", "b_x = tl.sum(h * b_x[:, None], 1)"), RewriteOptions())
     assert r.status == SKIPPED and "b_x = tl.sum(h * b_x[:, None], 1)" in r.reason, r.reason
+
+
+# ------------------------------------------------------------------ review cases (session 4)
+
+CASE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def step(x, y, g, gv, s, o, T, D: tl.constexpr):
+    r = tl.arange(0, D)
+    h = tl.load(s + r[:, None] * D + r[None, :])
+    for t in range(T):
+        b_x = tl.load(x + t * D + r)
+        b_y = tl.load(y + t * D + r)
+        b_g = tl.load(g + t * D + r)
+        b_gv = tl.load(gv + t * D + r)
+        b_gs = tl.load(g + t * D)
+BODY
+        tl.store(o + t * D + r, tl.sum(h * b_x[:, None], 0))
+    tl.store(s + r[:, None] * D + r[None, :], h)
+'''
+RANK1 = "h += b_x[:, None] * b_y[None, :]"
+
+
+def _case(body: str) -> str:
+    return CASE.replace("BODY", "\n".join("        " + ln for ln in body.splitlines()))
+
+
+@pytest.mark.parametrize("body", [
+    "h *= tl.exp(b_g)[:, None]\nb_y = tl.sum(h * b_x[None, :], 0)\n" + RANK1,  # sums a column vector over rows
+    "h *= tl.exp(b_g)[:, None] * tl.exp(b_gv)\n" + RANK1,  # a second, implicit-column gate operand
+    "h *= tl.exp(b_g[:, None] + b_gv)\n" + RANK1,
+    "h *= tl.full([D, D], 0.5, tl.float32)\n" + RANK1,  # a tile, not a scalar
+    "h *= tl.sigmoid(tl.sum(h, 0))[None, :]\n" + RANK1,  # the gate reads the state
+    "h *= tl.exp(b_g)[:, None]\nh += b_x[None, :] * b_gs",  # not an outer product
+    "h *= tl.exp(b_g)[:, None]\nh += b_x[None, :] * b_y",
+    "h *= tl.exp(b_g)[:, None]\nif t == 1: h = tl.minimum(h, 0.05)\n" + RANK1,  # one-line if body
+])
+def test_review_cases_are_refused(body):
+    [r] = lazy(_case(body), RewriteOptions())
+    assert r.status == SKIPPED, r.source
+
+
+@pytest.mark.parametrize("body,T,gates", [
+    ("h *= tl.exp(b_g)[:, None]\nh *= tl.exp(b_gv)[None, :]\n" + RANK1, 50, -1.0),  # two factors: product bounded
+    ("h *= tl.exp(b_g)[:, None]\nh *= tl.exp(b_gs)\n" + RANK1, 50, -1.0),
+    ("h *= tl.exp(b_gv)[None, :]\n" + RANK1, 3, None),
+    ("h = tl.exp(b_gs) * h\nh = b_x[:, None] * b_y[None, :] + h", 3, None),
+])
+def test_review_cases_match_the_original(body, T, gates, tmp_path):
+    src = _case(body)
+    [r] = lazy(src, RewriteOptions())
+    assert r.status == APPLIED, r.reason
+    base, new = _load(src, tmp_path, "case_base"), _load(r.source, tmp_path, "case_lazy")
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(T, 16, generator=gen), torch.randn(T, 16, generator=gen)
+    g, gv = (torch.full((T, 16), gates), torch.full((T, 16), gates)) if gates else (
+        -torch.rand(T, 16, generator=gen), -torch.rand(T, 16, generator=gen))
+    s0 = torch.randn(16, 16, generator=gen)
+    outs = []
+    for mod in (base, new):
+        s, o = s0.clone(), torch.zeros(T, 16)
+        mod.step[(1,)](x, y, g, gv, s, o, T, D=16)
+        outs.append((o, s))
+    _close(outs[1][0], outs[0][0], "output")
+    _close(outs[1][1], outs[0][1], "state")

@@ -50,11 +50,12 @@ def _store_only(ctx: Ctx, param: str) -> str | None:
     """Why the kernel's use of ``param`` needs the zeros (None when it only stores through it)."""
     stored = False
     for m in ctx.p.memops:
-        if root_param(ctx, m.pointer, m.line) != param:
+        through = root_param(ctx, m.pointer, m.line) == param or re.search(rf"\b{re.escape(param)}\b", m.pointer)
+        if not through:
             continue
         if m.kind == "store":
             stored = True
-        else:
+        else:  # any operand, not only the leftmost: ``tl.load(offs + o)`` reads o too
             return f"line {m.line}: {m.kind} through {param}"
     return None if stored else f"the kernel never stores through {param}"
 
