@@ -9,7 +9,7 @@ with ``r`` (rows) and ``s`` (columns) the running products of the gates, kept in
 vectors (or one scalar): a contraction scales its small operand (``u * r``), an update divides
 its small operand (``a / r``), a store writes ``H * r[:, None]``, and the tile is scaled once
 after the loop. Per element and step that is three operations instead of four. A factor that
-leaves [1e-20, 1e20] (10^+-(20/n) when n factors share the tile) is flushed into the tile at once
+leaves [1e-20, 1e20] (10^+-(20/n) when n factors can share the tile) is flushed into the tile at once
 (that step then decays the tile as written), so nothing over- or underflows where the original
 did not.
 
@@ -448,7 +448,9 @@ def _plan(state, loop, decays, consts, taken, tl, deps, aranges, edits):
         if state in C.names_in(node):
             return f"a loop or if condition reads it: `{C.code_of(node).strip()}`"
     for d in decays:
-        edits[d.stmt] = _decay_edit(d, of[d.stmt], state, tl, 20 // len(factors))
+        f = of[d.stmt]  # factors in contradicting constexpr branches never meet in one specialization
+        coexisting = sum(1 for g in factors if not F.contradicts(f.guard, g.guard))
+        edits[d.stmt] = _decay_edit(d, f, state, tl, 20 // coexisting)
     return factors, edits, read_lines
 
 
