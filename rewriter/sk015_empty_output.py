@@ -13,6 +13,8 @@ allocations poisoned (NaN), so an element left unwritten at a validated shape fa
 """
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from skel.rewriter import cst as C
@@ -143,8 +145,17 @@ def _refusal(name, allocs, uses, host, src, helpers) -> tuple[str | None, cst.As
         if callee in helpers and helpers[callee] is not kernel and any(
                 F.depends_on(C.names_in(a.value), {param}, deps) for a in c.args):
             return f"{kernel.name.value} passes {param} to the helper {callee}, which is not checked", None
-    if not _through(kernel, param, {"store"}):
+    if _reset_to_zero(kernel, param):
+        return f"{kernel.name.value}'s autotune resets {param} to zero between trials: its zeros are relied on", None
+    early = _early_return(kernel)
+    if early:
+        return f"{kernel.name.value} returns early under a runtime condition ({early}): programs may write nothing", None
+    stores = _through(kernel, param, {"store"})
+    if not stores:
         return f"{kernel.name.value} never stores to {param}", None
+    partial = _partial_store(kernel, stores)
+    if partial:
+        return f"{kernel.name.value} may write only part of {param}: {partial}", None
     launch_line = src.line(call)
     before = [a for a in allocs if src.line(a) < launch_line]
     if not before:
@@ -154,6 +165,83 @@ def _refusal(name, allocs, uses, host, src, helpers) -> tuple[str | None, cst.As
     if early:
         return f"read on line {early[0]} between its allocation and the launch (the host may rely on the zeros)", None
     return None, alloc
+
+
+def _reset_to_zero(kernel: cst.FunctionDef, param: str) -> bool:
+    for dec in kernel.decorators:
+        if isinstance(dec.decorator, cst.Call) and C.last_part(C.call_name(dec.decorator)) == "autotune":
+            arg = C.kwarg(dec.decorator, "reset_to_zero")
+            if arg is not None and f"'{param}'" in C.code_of(arg.value).replace('"', "'"):
+                return True
+    return False
+
+
+def _early_return(kernel: cst.FunctionDef) -> str | None:
+    """The runtime condition of a ``return`` in the kernel, unless it only says a loop has no work
+    (``if T == 0: return`` with T bounding a loop: nothing to write then)."""
+    bounds = {n for loop in F.fors(kernel) if isinstance(loop.iter, cst.Call) for a in loop.iter.args
+              for n in C.names_in(a.value)}
+    consts = C.constexpr_params(kernel)
+    for small, _line, chain, _loops in F.walk(kernel.body.body):
+        if not isinstance(small, cst.Return):
+            continue
+        for test, _pol in chain:
+            if C.names_in(C.expr(test)) <= consts:
+                continue
+            empty = [m for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:==|<=)\s*0\b", test) if m.group(1) in bounds]
+            if not empty:
+                return test
+    return None
+
+
+def _partial_store(kernel: cst.FunctionDef, stores: list[cst.Call]) -> str | None:
+    """Why a store may leave elements to the zeros: a block pointer (its coverage is not checked), a
+    runtime condition around it, or a mask that reads loaded data or compares two index ranges
+    (arange or program-id values on both sides: a triangle, a shift) instead of an index with a bound."""
+    deps, defs = F.dependencies(kernel), F.assignments(kernel)
+    consts = C.constexpr_params(kernel)
+    loaded = {n for n, values in defs.items() if any(C.is_load(c) for v in values for c in C.calls_in(v))}
+    ranged = {n for n, values in defs.items() if any(C.last_part(C.call_name(c)) in ("arange", "program_id")
+                                                      for v in values for c in C.calls_in(v))}  # index-valued names
+    for small, _line, chain, _loops in F.walk(kernel.body.body):
+        for call in C.calls_in(small):
+            if call not in stores:
+                continue
+            text = C.code_of(call).strip()[:70]
+            if "make_block_ptr" in text or any(C.last_part(C.call_name(c)) == "make_block_ptr"
+                                               for n in C.names_in(call.args[0].value)
+                                               for v in defs.get(n, ()) for c in C.calls_in(v)):
+                return f"`{text}` stores through a block pointer (coverage not checked)"
+            runtime = [t for t, _pol in chain if not C.names_in(C.expr(t)) <= consts]
+            if runtime:
+                return f"`{text}` runs under a runtime condition ({runtime[0]})"
+            mask = C.kwarg(call, "mask") or (call.args[2] if len(call.args) > 2 and call.args[2].keyword is None else None)
+            if mask is None:
+                continue
+            if F.depends_on(C.names_in(mask.value), loaded, deps) or any(C.is_load(c) for c in C.calls_in(mask.value)):
+                return f"`{text}` is masked by loaded data"
+            for cmp in _comparisons(mask.value, defs):
+                sides = [cmp.left, *(c.comparator for c in cmp.comparisons)]
+                if all(F.depends_on(C.names_in(x), ranged, deps) for x in sides):
+                    return f"`{text}` is masked by `{C.code_of(cmp)}`, two index ranges compared"
+    return None
+
+
+def _comparisons(expr: cst.BaseExpression, defs: dict, depth: int = 0) -> list[cst.Comparison]:
+    """The comparisons a mask is built from, following names to their assignments."""
+    found: list[cst.Comparison] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Comparison(self, n: cst.Comparison) -> None:
+            found.append(n)
+
+        def visit_Name(self, n: cst.Name) -> None:
+            if depth < 4:
+                for v in defs.get(n.value, ()):
+                    found.extend(_comparisons(v, defs, depth + 1))
+
+    expr.visit(V())
+    return found
 
 
 METADATA = {"shape", "dtype", "device", "stride", "numel", "dim", "ndim", "size", "is_contiguous", "element_size"}

@@ -148,3 +148,31 @@ def test_only_the_allocation_that_reaches_the_launch_changes_and_nested_function
     assert r.status == APPLIED and len(r.changes) == 1, r.reason
     body = r.source.split("def f(")[1]
     assert body.count("torch.empty_like(x)") == 1 and body.count("torch.zeros_like(x)") == 2
+
+
+@pytest.mark.parametrize("body,why", [
+    ("flag = tl.load(x + i * D)\n    if flag == 0:\n        return\n    tl.store(o + i * D + r, r * 1.0)", "returns early"),
+    ("tl.store(o + i * D + r, r * 1.0, mask=r <= i)", "two index ranges compared"),  # a triangle
+    ("tl.store(o + i * D + r, r * 1.0, mask=tl.load(x + i * D + r) > 0)", "masked by loaded data"),
+    ("if i > 2:\n        tl.store(o + i * D + r, r * 1.0)", "runtime condition"),
+    ("p = tl.make_block_ptr(o, (N, D), (D, 1), (i, 0), (1, D), (1, 0))\n    tl.store(p, tl.zeros([1, D], tl.float32) + 1.0)",
+     "block pointer"),
+])
+def test_partial_writers_are_refused(body, why):
+    src = _src(body=body).replace("def rows_kernel(x, o, N, D: tl.constexpr):",
+                                  "def rows_kernel(x, o, N, D: tl.constexpr):")
+    [r] = rewrite(src, RewriteOptions())
+    assert r.status == SKIPPED and why in r.reason, r.reason
+
+
+def test_an_empty_token_range_return_is_not_a_partial_write():
+    body = "T = N - i\n    if T == 0:\n        return\n    for t in range(0, T):\n        tl.store(o + i * D + r, r * 1.0)"
+    [r] = rewrite(_src(body=body), RewriteOptions())
+    assert r.status == APPLIED, r.reason
+
+
+def test_an_autotune_that_resets_the_buffer_keeps_the_zeros():
+    src = _src().replace("@triton.jit\ndef rows_kernel", "@triton.autotune(configs=[triton.Config({}, num_warps=1)], key=['N'],"
+                         " reset_to_zero=['o'])\n@triton.jit\ndef rows_kernel")
+    [r] = rewrite(src, RewriteOptions())
+    assert r.status == SKIPPED and "resets o to zero" in r.reason, r.reason

@@ -95,16 +95,56 @@ def not_read_before_launch(ctx: Ctx) -> Check:
     return yes("the host reads the buffer's values only after the launch")
 
 
+def _incomplete(ctx: Ctx, param: str) -> str | None:
+    """Why the kernel's stores may leave part of ``param`` to the zeros (None when nothing says so)."""
+    head = "\n".join(ctx._lines[max(0, ctx.p.line - 15):ctx.p.line])
+    if re.search(rf"reset_to_zero\s*=\s*\[[^\]]*['\"]{re.escape(param)}['\"]", head):
+        return f"its autotune resets {param} to zero between trials"
+    bounds = {n for lp in ctx.p.loops for n in re.findall(r"[A-Za-z_]\w*", lp.iter_text)}
+    for ln in ctx.body:
+        if ctx.text(ln) != "return" and not ctx.text(ln).startswith("return "):
+            continue
+        level = len(ctx._lines[ln - 1]) - len(ctx._lines[ln - 1].lstrip())
+        for up in range(ln - 1, ctx.p.line, -1):
+            raw = ctx._lines[up - 1]
+            ind = len(raw) - len(raw.lstrip())
+            m = re.match(r"\s*(?:if|elif)\s+(.+?):\s*$", raw)
+            if raw.strip() and ind < level and m:
+                test = m.group(1)
+                names = set(re.findall(r"[A-Za-z_]\w*", test)) - {"and", "or", "not", "True", "False", "None"}
+                runtime = [n for n in names if not ((p := ctx.param(n)) is not None and p.constexpr)]
+                empty = any(g in bounds for g in re.findall(r"\b([A-Za-z_]\w*)\s*(?:==|<=)\s*0\b", test))
+                if runtime and not empty:
+                    return f"line {ln}: returns early when {test}"
+                level = ind
+    for m in ctx.p.memops:
+        if m.kind == "store" and root_param(ctx, m.pointer, m.line) == param and "make_block_ptr" in ctx.statement(
+                (ctx.last_def(m.pointer.split()[0], m.line) or m).line):
+            return f"line {m.line}: stores through a block pointer (coverage not checked)"
+    return None
+
+
+def stores_look_complete(ctx: Ctx) -> Check:
+    rows = [(p, _incomplete(ctx, p)) for _a, _l, _n, p in _zero_sites(ctx) if _store_only(ctx, p) is None]
+    bad = [(p, why) for p, why in rows if why]
+    if rows and len(bad) == len(rows):
+        return no("; ".join(f"{p}: {why}" for p, why in bad[:2]))
+    if not rows:
+        return no("no zero-filled buffer the kernel only stores to")
+    return yes("no early return on data, no block-pointer store, no autotune reset of the buffer")
+
+
 CONDITIONS = {
     "host-zero-fills-output": host_zero_fills_output,
     "kernel-only-stores-output": kernel_only_stores_output,
     "not-read-before-launch": not_read_before_launch,
+    "stores-look-complete": stores_look_complete,
 }
 
 
 def candidates(ctx: Ctx) -> list[Hit]:
     return [Hit.at(a, a, buffer=n, parameter=p, launch_line=ln) for a, ln, n, p in _zero_sites(ctx)
-            if _store_only(ctx, p) is None and _early_read(ctx, n, a, ln) is None]
+            if _store_only(ctx, p) is None and _early_read(ctx, n, a, ln) is None and _incomplete(ctx, p) is None]
 
 
 def instances(ctx: Ctx) -> list[Hit]:

@@ -58,3 +58,21 @@ def bumped(x):
     o = x.new_zeros(N, D)
     bump_kernel[(N,)](o, D=D)
     return o
+
+
+@triton.jit
+def skip_rows_kernel(x, flags, o, D: tl.constexpr):
+    i = tl.program_id(0)
+    r = tl.arange(0, D)
+    if tl.load(flags + i) == 0:
+        return
+    tl.store(o + i * D + r, tl.load(x + i * D + r))
+
+
+def masked_rows(x, flags):
+    # near-miss: rows whose flag is 0 are left to the zeros
+    N, D = x.shape
+    # skel-ok: SK015
+    o = torch.zeros_like(x)
+    skip_rows_kernel[(N,)](x, flags, o, D=D)
+    return o
