@@ -217,3 +217,23 @@ def memory_roots(kernel, defs, kind) -> set[str]:
         if last_part(call_name(call)) in kind and call.args:
             out |= pointer_roots(call.args[0].value, defs)
     return out
+
+
+def pointer_params(expr: cst.BaseExpression, defs: dict, params: set[str], seen: frozenset = frozenset()) -> set[str]:
+    """The kernel parameters among every operand of a pointer's ``+``/``-`` chains (not only the leftmost:
+    ``offs + o`` points into ``o``), followed through assignments."""
+    out: set[str] = set()
+    todo = [expr]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, (cst.Add, cst.Subtract)):
+            todo += [e.left, e.right]
+        elif isinstance(e, cst.Subscript):
+            todo.append(e.value)
+        elif isinstance(e, cst.Name):
+            if e.value in params:
+                out.add(e.value)
+            elif e.value in defs and e.value not in seen:
+                for value in defs[e.value]:
+                    out |= pointer_params(value, defs, params, seen | {e.value})
+    return out

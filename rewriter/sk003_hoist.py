@@ -62,7 +62,11 @@ class _LoopPlan:
         self.loop, self.src, self.taken = loop, src, taken
         self.defs = F.assignments(kernel)
         self.constexprs = C.constexpr_params(kernel)
-        self.stored = F.memory_roots(kernel, self.defs, {"store", "atomic_add", "atomic_xchg", "atomic_cas"})
+        self.params = {q.name.value for q in C.params(kernel)}
+        stores = [c for c in C.calls_in(kernel) if C.last_part(C.call_name(c)) in
+                  ("store", "atomic_add", "atomic_xchg", "atomic_cas") and c.args]
+        self.stored = F.memory_roots(kernel, self.defs, {"store", "atomic_add", "atomic_xchg", "atomic_cas"}) | {
+            n for c in stores for n in F.pointer_params(c.args[0].value, self.defs, self.params)}
         self.variant = C.assigned_names(loop)
         self.hoisted: set[str] = set()
         self.moves: list[tuple[int, F.Chain, cst.BaseSmallStatement]] = []  # (line, chain, statement)
@@ -79,7 +83,8 @@ class _LoopPlan:
             name = C.last_part(C.call_name(call))
             if name in ("store", "atomic_add", "program_id", "rand", "randn"):
                 return False
-            if name == "load" and (not call.args or F.pointer_roots(call.args[0].value, self.defs) & self.stored):
+            if name == "load" and (not call.args or (F.pointer_roots(call.args[0].value, self.defs) | F.pointer_params(
+                    call.args[0].value, self.defs, self.params)) & self.stored):
                 return False
         return True
 

@@ -227,6 +227,13 @@ def test_sk003_does_not_hoist_a_load_of_a_buffer_the_kernel_stores_to():
     assert one("SK003", src).status == SKIPPED
 
 
+def test_sk003_sees_a_store_whose_pointer_is_not_the_leftmost_operand():
+    # the store writes acc through `offs + acc`: the invariant load of acc[0] must stay in the loop
+    src = ("import triton.language as tl\n@triton.jit\ndef f(acc, T, D: tl.constexpr):\n    offs = tl.arange(0, D)\n"
+           "    for t in range(T):\n        a = tl.load(acc)\n        tl.store(offs + acc, a + offs)\n")
+    assert one("SK003", src).status == SKIPPED
+
+
 # ------------------------------------------------------------------ SK004
 
 def test_sk004_before_after_folds_into_constant_multipliers():
