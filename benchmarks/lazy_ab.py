@@ -5,7 +5,7 @@ N = 64, but SK014 applied to SK002's P = 4 / 1-warp output gained nothing in `sk
 four in one process with the probes' method (CUDA graphs over rotated inputs, interleaved, median) on the
 same inputs (merge_tiles_probe.make_inputs, GDN: H = 16, HV = 32, K = V = 128).
 
-    python benchmarks/lazy_ab.py --gen .skel/ab_s4   # CPU, libcst: writes SK002 (P=4/1 warp, +-num_stages=1) and +SK014
+    python benchmarks/lazy_ab.py --gen .skel/ab_s4   # CPU, libcst: SK002 (P=4/1 warp, +-num_stages=1; and on SK001) and +SK014
     python benchmarks/lazy_ab.py --run .skel/ab_s4   # GPU (carry .skel/ab_s4)
 """
 from __future__ import annotations
@@ -26,8 +26,13 @@ def gen(out: Path) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     src = (HERE.parent / "kernels/gdn_decode/kernel.py").read_text()
-    for tag, plan in (("P4W1", (4, 1, 1, True)), ("P4W1S1", (4, 1, 1, True, 1))):
-        [r] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [plan]),)))
+    from skel.rewriter.sk001_rsqrt import rewrite as rsqrt
+
+    [r1] = rsqrt(src, RewriteOptions())  # the norm divisions as rsqrt multiplies, as in the probe's step
+    assert r1.applied, r1.reason
+    for tag, base, plan in (("P4W1", src, (4, 1, 1, True)), ("P4W1S1", src, (4, 1, 1, True, 1)),
+                            ("SK001_P4W1", r1.source, (4, 1, 1, True))):
+        [r] = merge_tiles(base, RewriteOptions(extra=(("sk002_variants", [plan]),)))
         [l] = lazy(r.source, RewriteOptions())
         (out / f"gdn_{tag}.py").write_text(r.source)
         (out / f"gdn_{tag}_lazy.py").write_text(l.source)
