@@ -317,6 +317,16 @@ def skip(code: str, safety: str, source: str, reason: str) -> list[Rewrite]:
     return [Rewrite(code, SKIPPED, source, reason, safety=safety)]
 
 
+def open_kernels(code: str, safety: str, source: str, options: RewriteOptions) -> tuple[Source, list] | list[Rewrite]:
+    """The parsed source and its ``@triton.jit`` kernels, or the rewrite's failed/skipped result to
+    return as is (the source does not parse, or has no kernel, or none named ``options.kernel``)."""
+    src = parse(source)
+    if isinstance(src, str):
+        return failed(code, source, src, safety)
+    ks = kernels(src.module, options)
+    return (src, ks) if ks else no_kernel(code, safety, source, options)
+
+
 def no_kernel(code: str, safety: str, source: str, options: RewriteOptions) -> list[Rewrite]:
     """The skip for a file where ``kernels`` found nothing (none at all, or none named ``options.kernel``)."""
     named = f" named {options.kernel}" if options.kernel else ""

@@ -159,12 +159,10 @@ def _already(kernels) -> str | None:
 
 @register(CODE)
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
-    src = C.parse(source)
-    if isinstance(src, str):
-        return C.failed(CODE, source, src, SAFETY)
-    ks = C.kernels(src.module, options)
-    if not ks:
-        return C.no_kernel(CODE, SAFETY, source, options)
+    opened = C.open_kernels(CODE, SAFETY, source, options)
+    if isinstance(opened, list):
+        return opened
+    src, ks = opened
     tl = C.triton_language_alias(src.module)
     edits: dict = {}
     changes: list[Change] = []

@@ -199,12 +199,10 @@ def _nest(moves: list[tuple[int, F.Chain, cst.BaseSmallStatement]], depth: int =
 
 @register(CODE)
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
-    src = C.parse(source)
-    if isinstance(src, str):
-        return C.failed(CODE, source, src, SAFETY)
-    ks = C.kernels(src.module, options)
-    if not ks:
-        return C.no_kernel(CODE, SAFETY, source, options)
+    opened = C.open_kernels(CODE, SAFETY, source, options)
+    if isinstance(opened, list):
+        return opened
+    src, ks = opened
     edits: dict = {}
     changes: list[Change] = []
     refused: list[str] = []

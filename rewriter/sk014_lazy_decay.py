@@ -17,7 +17,7 @@ Unsafe: the products are formed in a different order (rounding differs in the la
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -349,27 +349,12 @@ def _assigned_before(kernel: cst.FunctionDef, loop: cst.For) -> set[str]:
     return out
 
 
-def _block_of(kernel: cst.FunctionDef, loop: cst.For):
-    """The statement list that holds ``loop`` directly."""
-    found = []
-
-    class V(cst.CSTVisitor):
-        def visit_IndentedBlock(self, n: cst.IndentedBlock) -> None:
-            if any(s is loop for s in n.body):
-                found.append(n.body)
-
-    kernel.visit(V())
-    return found[0] if found else None
-
-
 @register(CODE)
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
-    src = C.parse(source)
-    if isinstance(src, str):
-        return C.failed(CODE, source, src, SAFETY)
-    ks = C.kernels(src.module, options)
-    if not ks:
-        return C.no_kernel(CODE, SAFETY, source, options)
+    opened = C.open_kernels(CODE, SAFETY, source, options)
+    if isinstance(opened, list):
+        return opened
+    src, ks = opened
     if MARKER in source:
         return C.skip(CODE, SAFETY, source, "already applied: the state decay is carried as a running factor (marker found)")
     tl = C.triton_language_alias(src.module)
@@ -381,8 +366,6 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     for kernel in ks:
         deps, aranges, consts = F.dependencies(kernel), _arange_names(kernel), C.constexpr_params(kernel)
         for loop in F.fors(kernel):
-            if _block_of(kernel, loop) is None:
-                continue
             for state, decays in _decays(loop, kernel, deps, aranges).items():
                 plan = _plan(state, loop, decays, consts, taken, tl, deps, aranges, dict(edits))
                 where = f"{kernel.name.value} line {src.line(loop)}: state {state}"
@@ -433,11 +416,12 @@ def _plan(state, loop, decays, consts, taken, tl, deps, aranges, edits):
             of[d.stmt] = f
     decay_lines = {d.stmt for d in decays}
     read_lines = []
+    result_axis = _result_axis(loop, state)
+    extent_of = lambda node: _extents(C.names_in(node), deps, aranges)  # noqa: E731
     for small, line, chain, _loops in F.walk(loop.body.body):
         if line in decay_lines:
             continue
-        reads = _Reads(state, factors, chain, edits, _result_axis(loop, state),
-                       lambda node: _extents(C.names_in(node), deps, aranges))
+        reads = _Reads(state, factors, chain, edits, result_axis, extent_of)
         small.visit(reads)
         if reads.handled:
             read_lines.append(small)

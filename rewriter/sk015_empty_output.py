@@ -66,12 +66,10 @@ class _Allocs(cst.CSTVisitor):
 
 @register(CODE)
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
-    src = C.parse(source)
-    if isinstance(src, str):
-        return C.failed(CODE, source, src, SAFETY)
-    ks = C.kernels(src.module, options)
-    if not ks:
-        return C.no_kernel(CODE, SAFETY, source, options)
+    opened = C.open_kernels(CODE, SAFETY, source, options)
+    if isinstance(opened, list):
+        return opened
+    src, ks = opened
     helpers = {k.name.value: k for k in C.kernels(src.module)}  # every @triton.jit function, helpers included
     edits: dict = {}
     changes: list[Change] = []
@@ -115,10 +113,9 @@ _LOADS = {"load", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atom
           "atomic_xor"}
 
 
-def _through(kernel: cst.FunctionDef, param: str, kinds: set[str]) -> list[cst.Call]:
+def _through(kernel: cst.FunctionDef, param: str, kinds: set[str], deps: dict) -> list[cst.Call]:
     """Memory calls of ``kinds`` whose pointer argument depends on ``param`` (by any operand, block
-    pointers included), following the kernel's assignments."""
-    deps = F.dependencies(kernel)
+    pointers included), following the kernel's assignments (``deps``: ``F.dependencies(kernel)``)."""
     return [c for c in C.calls_in(kernel) if C.last_part(C.call_name(c)) in kinds and c.args
             and F.depends_on(C.names_in(c.args[0].value), {param}, deps)]
 
@@ -135,11 +132,11 @@ def _refusal(name, allocs, uses, host, src, helpers) -> tuple[str | None, cst.As
     param = _param_for(call, kernel, arg)
     if param is None:
         return "its kernel parameter could not be matched", None
-    reads = _through(kernel, param, _LOADS)
+    deps = F.dependencies(kernel)
+    reads = _through(kernel, param, _LOADS, deps)
     if reads:
         return (f"{kernel.name.value} reads or accumulates into {param} "
                 f"(`{C.code_of(reads[0]).strip()[:60]}`), so its zeros matter"), None
-    deps = F.dependencies(kernel)
     for c in C.calls_in(kernel):
         callee = C.last_part(C.call_name(c))
         if callee in helpers and helpers[callee] is not kernel and any(
@@ -150,10 +147,10 @@ def _refusal(name, allocs, uses, host, src, helpers) -> tuple[str | None, cst.As
     early = _early_return(kernel)
     if early:
         return f"{kernel.name.value} returns early under a runtime condition ({early}): programs may write nothing", None
-    stores = _through(kernel, param, {"store"})
+    stores = _through(kernel, param, {"store"}, deps)
     if not stores:
         return f"{kernel.name.value} never stores to {param}", None
-    partial = _partial_store(kernel, stores)
+    partial = _partial_store(kernel, stores, deps)
     if partial:
         return f"{kernel.name.value} may write only part of {param}: {partial}", None
     launch_line = src.line(call)
@@ -194,11 +191,11 @@ def _early_return(kernel: cst.FunctionDef) -> str | None:
     return None
 
 
-def _partial_store(kernel: cst.FunctionDef, stores: list[cst.Call]) -> str | None:
+def _partial_store(kernel: cst.FunctionDef, stores: list[cst.Call], deps: dict) -> str | None:
     """Why a store may leave elements to the zeros: a block pointer (its coverage is not checked), a
     runtime condition around it, or a mask that reads loaded data or compares two index ranges
     (arange or program-id values on both sides: a triangle, a shift) instead of an index with a bound."""
-    deps, defs = F.dependencies(kernel), F.assignments(kernel)
+    defs = F.assignments(kernel)
     consts = C.constexpr_params(kernel)
     loaded = {n for n, values in defs.items() if any(C.is_load(c) for v in values for c in C.calls_in(v))}
     ranged = {n for n, values in defs.items() if any(C.last_part(C.call_name(c)) in ("arange", "program_id")
