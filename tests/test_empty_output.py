@@ -15,7 +15,7 @@ from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
 from skel.rewriter.sk015_empty_output import rewrite
 from skel.validate.numerics import poisoned_allocations
 
-from test_merge_tiles import _close, _fla, _kda_inputs, _load
+from test_merge_tiles import _close, _fla, _kda_inputs, _load, fla_kda_kwargs
 from test_rewrites import assert_contract
 
 BASE = '''
@@ -54,9 +54,7 @@ def test_upstream_kda_wrapper_drops_its_zero_fill(fla_corpus, tmp_path):
     assert "out = torch.empty_like(v)" in r.source and "torch.zeros_like(v)" not in r.source
     new = _load(r.source, tmp_path, "fla_kda_sk015")
     x = _kda_inputs(2, 3, 2, 4, 32, 64, seed=5)
-    kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
-              scale=32 ** -0.5, output_final_state=True, inplace_final_state=False, use_qk_l2norm_in_kernel=True,
-              use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+    kw = fla_kda_kwargs(x, 32)
     o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
     with poisoned_allocations():  # as the gate runs it: anything left unwritten would be NaN
         o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)

@@ -15,7 +15,7 @@ from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
 from skel.rewriter.sk002_merge_tiles import merge_tiles
 from skel.rewriter.sk014_lazy_decay import rewrite as lazy
 
-from test_merge_tiles import ROOT, _close, _fla, _kda_inputs, _load, _run_project
+from test_merge_tiles import ROOT, _close, _fla, _kda_inputs, _load, _run_project, fla_gdn_kwargs, fla_kda_kwargs
 from test_rewrites import assert_contract
 
 
@@ -23,6 +23,18 @@ def _lazy(source: str) -> str:
     [r] = lazy(source, RewriteOptions())
     assert_contract(source, r, slack=3)
     return r.source
+
+
+def _same_as_original(base, new, state: torch.Tensor, out_shape, launch, what: str = "") -> None:
+    """``launch(module, state, out)`` for the original and the rewritten module, each on its own copy of
+    ``state`` and a zeroed output; the outputs and final states must agree."""
+    outs = []
+    for mod in (base, new):
+        s, o = state.clone(), torch.zeros(out_shape)
+        launch(mod, s, o)
+        outs.append((o, s))
+    _close(outs[1][0], outs[0][0], f"{what} output".strip())
+    _close(outs[1][1], outs[0][1], f"{what} state".strip())
 
 
 def _sk002(source: str, plan=(4, 1, 1, True)) -> str:
@@ -70,9 +82,7 @@ def test_upstream_kda_matches_original(fla_corpus, tmp_path):
         new = _load(new_src, tmp_path, f"fla_kda_{label}")
         for T in (1, 3):
             x = _kda_inputs(2, T, 2, 4, 32, 64, seed=40 + T)
-            kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"],
-                      dt_bias=x["dt_bias"], scale=32 ** -0.5, output_final_state=True, inplace_final_state=False,
-                      use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+            kw = fla_kda_kwargs(x, 32)
             o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
             o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
             _close(o1, o0, f"fla kda {label} T={T} output")
@@ -87,9 +97,7 @@ def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
     new = _load(_lazy(src), tmp_path, "fla_gdn_lazy")
     for T in (1, 3):
         x = _kda_inputs(2, T, 2, 4, 32, 32, seed=50 + T, gate_per_k=False)
-        kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"],
-                  dt_bias=x["dt_bias"], scale=32 ** -0.5, output_final_state=True,
-                  use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+        kw = fla_gdn_kwargs(x, 32)
         o0, s0 = up.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
         o1, s1 = new.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
         _close(o1, o0, f"fla gdn T={T} output")
@@ -149,13 +157,8 @@ def test_constexpr_branches_get_their_own_factor(tmp_path):
     for use in (True, False):
         x, g = torch.randn(3, 2, 16, generator=gen), -torch.rand(3, 2, 16, generator=gen)
         s0 = torch.randn(3, 16, 16, generator=gen)
-        outs = []
-        for mod in (base, new):
-            s, o = s0.clone(), torch.empty(3, 2, 16)
-            mod.step[(3,)](x, g, s, o, 2, D=16, USE=use)
-            outs.append((o, s))
-        _close(outs[1][0], outs[0][0], f"USE={use} output")
-        _close(outs[1][1], outs[0][1], f"USE={use} state")
+        _same_as_original(base, new, s0, (3, 2, 16),
+                          lambda mod, s, o: mod.step[(3,)](x, g, s, o, 2, D=16, USE=use), f"USE={use}")
 
 
 TWO_AXES = KERNEL.replace("        h *= tl.exp(b_g)[:, None]\n",
@@ -170,13 +173,7 @@ def test_row_and_column_gates_match_original(tmp_path):
     gen = torch.Generator().manual_seed(1)
     x, g = -torch.rand(3, 3, 16, generator=gen), -torch.rand(3, 3, 16, generator=gen)
     s0 = torch.randn(3, 16, 16, generator=gen)
-    outs = []
-    for mod in (base, new):
-        s, o = s0.clone(), torch.empty(3, 3, 16)
-        mod.step[(3,)](x, g, s, o, 3, D=16, USE=True)
-        outs.append((o, s))
-    _close(outs[1][0], outs[0][0], "output")
-    _close(outs[1][1], outs[0][1], "state")
+    _same_as_original(base, new, s0, (3, 3, 16), lambda mod, s, o: mod.step[(3,)](x, g, s, o, 3, D=16, USE=True))
 
 
 def test_a_sum_across_the_other_axis_with_a_column_factor_is_refused():
@@ -244,10 +241,4 @@ def test_review_cases_match_the_original(body, T, gates, tmp_path):
     g, gv = (torch.full((T, 16), gates), torch.full((T, 16), gates)) if gates else (
         -torch.rand(T, 16, generator=gen), -torch.rand(T, 16, generator=gen))
     s0 = torch.randn(16, 16, generator=gen)
-    outs = []
-    for mod in (base, new):
-        s, o = s0.clone(), torch.zeros(T, 16)
-        mod.step[(1,)](x, y, g, gv, s, o, T, D=16)
-        outs.append((o, s))
-    _close(outs[1][0], outs[0][0], "output")
-    _close(outs[1][1], outs[0][1], "state")
+    _same_as_original(base, new, s0, (T, 16), lambda mod, s, o: mod.step[(1,)](x, y, g, gv, s, o, T, D=16))

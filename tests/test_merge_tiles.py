@@ -196,6 +196,19 @@ def _fla(fla_corpus):
     pytest.importorskip("packaging")
 
 
+def fla_kda_kwargs(x: dict, K: int) -> dict:
+    """fused_recurrent_kda_fwd's arguments as the tests call it (gate, beta sigmoid and norms in kernel), but the state."""
+    return dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+                scale=K ** -0.5, output_final_state=True, inplace_final_state=False, use_qk_l2norm_in_kernel=True,
+                use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+
+
+def fla_gdn_kwargs(x: dict, K: int) -> dict:
+    """fused_recurrent_gated_delta_rule_fwd's arguments as the tests call it, but the state."""
+    return dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+                scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+
+
 def test_upstream_kda_matches_original(fla_corpus, tmp_path):
     _fla(fla_corpus)
     import fla.ops.kda.fused_recurrent as up
@@ -205,9 +218,7 @@ def test_upstream_kda_matches_original(fla_corpus, tmp_path):
         new = _load(_rewrite(src, plan), tmp_path, "fla_kda_sk002")
         for T in (1, 3):
             x = _kda_inputs(2, T, 2, 4, 32, 64, seed=20 + T)
-            kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"],
-                      dt_bias=x["dt_bias"], scale=32 ** -0.5, output_final_state=True, inplace_final_state=False,
-                      use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+            kw = fla_kda_kwargs(x, 32)
             o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
             o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
             _close(o1, o0, f"fla kda {plan} T={T} output")
@@ -223,9 +234,7 @@ def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
         new = _load(_rewrite(src, plan), tmp_path, "fla_gdn_sk002")
         for T in (1, 3):
             x = _kda_inputs(2, T, 2, 4, 32, 32, seed=30 + T, gate_per_k=False)
-            kw = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], A_log=x["A_log"],
-                      dt_bias=x["dt_bias"], scale=32 ** -0.5, output_final_state=True,
-                      use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+            kw = fla_gdn_kwargs(x, 32)
             o0, s0 = up.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
             o1, s1 = new.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
             _close(o1, o0, f"fla gdn {plan} T={T} output")
