@@ -57,3 +57,52 @@ def interleaved_us(torch, graphs: dict, reps: int, per_replay: int) -> dict[str,
             b.synchronize()
             times[name].append(a.elapsed_time(b) * 1e3 / per_replay)
     return {name: sorted(ts) for name, ts in times.items()}
+
+
+def rotation(state_bytes: int) -> int:
+    """Input sets per graph so that one replay moves >= 240 MB of state (the 60 MB L2 several times over)."""
+    return max(2, -(-240_000_000 // state_bytes))
+
+
+def median_us(torch, calls: dict, make_set, sets: int, reps: int) -> dict[str, float]:
+    """Median microseconds per call of each callable: each gets its own ``sets`` input sets
+    (``make_set(i)``), one graph over them, and all graphs are replayed interleaved."""
+    graphs, alive = {}, []
+    for name, call in calls.items():
+        xs = [make_set(i) for i in range(sets)]
+        graphs[name] = capture(torch, call, xs)
+        alive.append(xs)
+    times = interleaved_us(torch, graphs, reps, sets)
+    del graphs, alive
+    torch.cuda.empty_cache()
+    return {name: ts[len(ts) // 2] for name, ts in times.items()}
+
+
+def header(torch, triton, bw: float, reps: int, extra: str = "") -> str:
+    """The line every probe table starts with: GPU, versions, time, copy bandwidth (and ``extra``), reps."""
+    import time
+
+    return (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, {extra}reps {reps}")
+
+
+def table(title: str, head: str, rows: dict, cols: list[str], labels: list[str] | None = None) -> str:
+    """Markdown: one row per variant, one column per shape key; rows[name][key] = (us, % of the roofline)."""
+    lines = [f"# {title} ({head})", "", "| variant | " + " | ".join(labels or cols) + " |", "|---|" + "---|" * len(cols)]
+    for name, cells in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{cells[c][0]:.1f} us / {cells[c][1]:.0f} %" if c in cells else "-"
+                                                for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def save(out_dir: str, stem: str, head: str, rows: dict, text: str) -> None:
+    """``stem``.md (the table) and ``stem``.json (head and rows) under ``out_dir``; nothing without one."""
+    import json
+    import os
+
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+            json.dump({"head": head, "rows": rows}, f, indent=1)

@@ -62,16 +62,10 @@ def run(d: Path) -> int:
         o = x.o if o is None else o
         print(f"{name}: o {M.rel_rms(torch, o, ro):.1e} state {M.rel_rms(torch, x.h, rh):.1e}", flush=True)
     for N in (64, 256):
-        R = max(2, -(-240_000_000 // (N * 32 * 128 * 128 * 4)))
-        graphs, alive = {}, []
-        for name, fn in calls.items():
-            sets = [M.make_inputs(torch, N, 8, 16, 32, 128, 128, "cuda", 100 + i, False, "gdn") for i in range(R)]
-            graphs[name] = G.capture(torch, fn, sets)
-            alive.append(sets)
-        for name, ts in G.interleaved_us(torch, graphs, 40, R).items():
-            print(f"T=8 N={N} {name:28s} {ts[len(ts) // 2]:7.1f} us", flush=True)
-        del graphs, alive
-        torch.cuda.empty_cache()
+        med = G.median_us(torch, calls, lambda i: M.make_inputs(torch, N, 8, 16, 32, 128, 128, "cuda", 100 + i, False, "gdn"),
+                          G.rotation(N * 32 * 128 * 128 * 4), 40)
+        for name, us in med.items():
+            print(f"T=8 N={N} {name:28s} {us:7.1f} us", flush=True)
     return 0
 
 

@@ -20,10 +20,7 @@ programs, each walking tiles pid, pid + G, ..., the next tile's state loaded bef
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 
 import torch
 import triton
@@ -230,40 +227,22 @@ def gpu(out_dir, reps, only) -> int:
     names = [n for n in VARIANTS if not only or n in only]
     bad = check("cuda", names)
     bw = G.copy_bandwidth(torch)
-    head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, SMs {sms()}, reps {reps}")
+    head = G.header(torch, triton, bw, reps, f"SMs {sms()}, ")
     print(head, flush=True)
     rows = {}
     for fam in FAMILIES:
         for N, T in SHAPES:
             shp = shape(fam, N, T)
-            R = max(2, -(-240_000_000 // (N * 32 * 128 * 128 * 4)))
-            graphs, alive = {}, []
-            for n in names:
-                fn = VARIANTS[n]
-                if n.startswith("cpy") and T != 1:
-                    continue
-                sets = [M.make_inputs(torch, *shp, "cuda", 100 + i, False, fam) for i in range(R)]
-                graphs[n] = G.capture(torch, lambda x, fn=fn: fn(x, fam == "gdn"), sets)
-                alive.append(sets)
-            ts = G.interleaved_us(torch, graphs, reps, R)
-            del graphs, alive
-            torch.cuda.empty_cache()
-            for n, v in ts.items():
-                us = v[len(v) // 2]
+            R = G.rotation(N * 32 * 128 * 128 * 4)
+            calls = {n: (lambda x, fn=VARIANTS[n]: fn(x, fam == "gdn")) for n in names if T == 1 or not n.startswith("cpy")}
+            med = G.median_us(torch, calls, lambda i: M.make_inputs(torch, *shp, "cuda", 100 + i, False, fam), R, reps)
+            for n, us in med.items():
                 pct = M.roofline_bytes(fam, *shp) / bw / (us * 1e-6) * 100
                 rows.setdefault(f"{fam} {n}", {})[f"N{N}T{T}"] = (us, pct)
                 print(f"{fam} N={N} T={T} R={R} {n:18s} {us:8.1f} us {pct:5.1f} %", flush=True)
-    cols = [f"N{N}T{T}" for N, T in SHAPES]
-    lines = [f"# persistent-grid probe ({head})", "", "| variant | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    for n, cells in rows.items():
-        lines.append(f"| {n} | " + " | ".join(f"{cells[c][0]:.1f} us / {cells[c][1]:.0f} %" if c in cells else "-" for c in cols) + " |")
-    text = "\n".join(lines) + "\n"
+    text = G.table("persistent-grid probe", head, rows, [f"N{N}T{T}" for N, T in SHAPES])
     print(text)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        open(os.path.join(out_dir, "persist_probe.md"), "w").write(text)
-        json.dump({"head": head, "rows": rows}, open(os.path.join(out_dir, "persist_probe.json"), "w"), indent=1)
+    G.save(out_dir, "persist_probe", head, rows, text)
     return 1 if bad else 0
 
 

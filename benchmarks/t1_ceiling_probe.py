@@ -20,11 +20,8 @@ over rotated input sets, median over replays, variants interleaved):
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
-import time
 
 import torch
 import triton
@@ -542,24 +539,15 @@ def roof_bytes(N, T) -> int:
 
 
 def time_shape(N, T, names, reps):
-    R = max(2, math.ceil(240e6 / (N * HV * K * V * 4)))
-    graphs, alive = {}, []
-    for n in names:
-        sets = [inputs(N, T, "cuda", 100 + i) for i in range(R)]
-        graphs[n] = G.capture(torch, VARIANTS[n], sets)
-        alive.append(sets)
-    ts = G.interleaved_us(torch, graphs, reps, R)
-    del graphs, alive
-    torch.cuda.empty_cache()
-    return {n: v[len(v) // 2] for n, v in ts.items()}, R
+    R = G.rotation(N * HV * K * V * 4)
+    return G.median_us(torch, {n: VARIANTS[n] for n in names}, lambda i: inputs(N, T, "cuda", 100 + i), R, reps), R
 
 
 def gpu(out_dir, reps, set_name) -> int:
     bad = check("cuda", SETS[set_name][0])
     bw = G.copy_bandwidth(torch)
     variants, shapes = SETS[set_name]
-    head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, SMs {sms()}, reps {reps}")
+    head = G.header(torch, triton, bw, reps, f"SMs {sms()}, ")
     print(head, flush=True)
     rows = {}
     for N, T in shapes:
@@ -568,16 +556,9 @@ def gpu(out_dir, reps, set_name) -> int:
             pct = roof_bytes(N, T) / bw / (us * 1e-6) * 100
             rows.setdefault(n, {})[f"N{N}T{T}"] = (us, pct)
             print(f"N={N} T={T} R={R} {n:18s} {us:8.1f} us {pct:5.1f} %", flush=True)
-    lines = [f"# T = 1 ceiling probe ({head})", "", "| variant | " + " | ".join(f"N{N} T{T}" for N, T in shapes) + " |",
-             "|---|" + "---|" * len(shapes)]
-    for n, cells in rows.items():
-        lines.append(f"| {n} | " + " | ".join(f"{cells[f'N{N}T{T}'][0]:.1f} us / {cells[f'N{N}T{T}'][1]:.0f} %" for N, T in shapes) + " |")
-    text = "\n".join(lines) + "\n"
+    text = G.table("T = 1 ceiling probe", head, rows, [f"N{N}T{T}" for N, T in shapes], [f"N{N} T{T}" for N, T in shapes])
     print(text)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        open(os.path.join(out_dir, "t1_ceiling_probe.md"), "w").write(text)
-        json.dump({"head": head, "rows": rows}, open(os.path.join(out_dir, "t1_ceiling_probe.json"), "w"), indent=1)
+    G.save(out_dir, "t1_ceiling_probe", head, rows, text)
     return 1 if bad else 0
 
 

@@ -20,11 +20,8 @@ copy; `cpy_p2w4` / `abl_p2w4` are t1_ceiling_probe's Triton copy and best Triton
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
-import time
 
 import torch
 import triton
@@ -136,36 +133,20 @@ def check() -> int:
 def gpu(out_dir, reps) -> int:
     bad = check()
     bw = G.copy_bandwidth(torch)
-    head = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')}, copy {bw / 1e12:.3f} TB/s, reps {reps}")
+    head = G.header(torch, triton, bw, reps)
     print(head, flush=True)
     rows = {}
     for N, T in SHAPES:
         names = [n for n in VARIANTS if T == 1 or not n.startswith(T1_ONLY)]
-        R = max(2, -(-240_000_000 // (N * HV * K * V * 4)))
-        graphs, alive = {}, []
-        for n in names:
-            sets = [P.inputs(N, T, "cuda", 100 + i) for i in range(R)]
-            graphs[n] = G.capture(torch, VARIANTS[n], sets)
-            alive.append(sets)
-        ts = G.interleaved_us(torch, graphs, reps, R)
-        del graphs, alive
-        torch.cuda.empty_cache()
-        for n, v in ts.items():
-            us = v[len(v) // 2]
+        R = G.rotation(N * HV * K * V * 4)
+        med = G.median_us(torch, {n: VARIANTS[n] for n in names}, lambda i: P.inputs(N, T, "cuda", 100 + i), R, reps)
+        for n, us in med.items():
             pct = P.roof_bytes(N, T) / bw / (us * 1e-6) * 100
             rows.setdefault(n, {})[f"N{N}T{T}"] = (us, pct)
             print(f"N={N} T={T} R={R} {n:18s} {us:8.1f} us {pct:5.1f} %", flush=True)
-    cols = [f"N{N}T{T}" for N, T in SHAPES]
-    lines = [f"# Gluon T = 1 probe ({head})", "", "| variant | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    for n, cells in rows.items():
-        lines.append(f"| {n} | " + " | ".join(f"{cells[c][0]:.1f} us / {cells[c][1]:.0f} %" if c in cells else "-" for c in cols) + " |")
-    text = "\n".join(lines) + "\n"
+    text = G.table("Gluon T = 1 probe", head, rows, [f"N{N}T{T}" for N, T in SHAPES])
     print(text)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        open(os.path.join(out_dir, "t1_gluon_probe.md"), "w").write(text)
-        json.dump({"head": head, "rows": rows}, open(os.path.join(out_dir, "t1_gluon_probe.json"), "w"), indent=1)
+    G.save(out_dir, "t1_gluon_probe", head, rows, text)
     return 1 if bad else 0
 
 
