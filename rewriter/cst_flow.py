@@ -59,6 +59,11 @@ def contradicts(a: Chain, b: Chain) -> bool:
     return any(t in pol and pol[t] != p for t, p in b)
 
 
+def runtime_tests(chain: Chain, constexprs: set[str]) -> list[str]:
+    """The tests of ``chain`` that read a name other than the ``constexprs`` (decided at run time)."""
+    return [test for test, _pol in chain if not names_in(cst.parse_expression(test)) <= constexprs]
+
+
 def chain_text(chain: Chain) -> str:
     return " and ".join(t if p else f"not ({t})" for t, p in chain) or "always"
 

@@ -51,10 +51,6 @@ def _blocks(stmt) -> list:
     return out
 
 
-def _constexpr_chain(chain: F.Chain, constexprs: set[str]) -> bool:
-    return all(C.names_in(C.expr(t)) <= constexprs for t, _ in chain)
-
-
 class _LoopPlan:
     """What to move out of one loop."""
 
@@ -107,7 +103,7 @@ class _LoopPlan:
                         and C.calls_in(small.value) and self.invariant(small.value)
                         and (any(C.is_load(c) for c in C.calls_in(small.value)) or C.names_in(small.value) & self.hoisted)
                         and self.loads_ok(small.value)):
-                    if not _constexpr_chain(chain, self.constexprs):
+                    if F.runtime_tests(chain, self.constexprs):
                         self.refused.append(f"line {self.src.line(small)}: {x} is invariant but under a runtime "
                                             f"condition ({F.chain_text(chain)})")
                         read_before |= C.names_in(small)
@@ -123,7 +119,7 @@ class _LoopPlan:
     def values(self) -> None:
         """Pure sub-expressions of the remaining statements that read only hoisted/invariant values."""
         for small, line, chain, loops in F.walk(self.loop.body.body):
-            if line in self.remove or loops or not _constexpr_chain(chain, self.constexprs):
+            if line in self.remove or loops or F.runtime_tests(chain, self.constexprs):
                 continue
             value = getattr(small, "value", None)
             if value is None:

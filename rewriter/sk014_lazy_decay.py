@@ -399,9 +399,9 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
 def _plan(state, loop, decays, consts, taken, tl, deps, aranges, edits):
     """(factors, edits) for one state of one loop, or the reason it cannot be carried lazily."""
     for d in decays:
-        for test, _pol in d.chain:
-            if not C.names_in(C.expr(test)) <= consts:
-                return f"the gate on line of `{C.code_of(d.stmt).strip()}` runs under a runtime condition ({test})"
+        runtime = F.runtime_tests(d.chain, consts)
+        if runtime:
+            return f"the gate `{C.code_of(d.stmt).strip()}` runs under a runtime condition ({runtime[0]})"
         if d.axis != SCALAR and d.extent is None:
             return f"cannot tell the extent of the gate vector in `{C.code_of(d.stmt).strip()}` (no single tl.arange reaches it)"
     groups: dict = {}

@@ -182,9 +182,7 @@ def _early_return(kernel: cst.FunctionDef) -> str | None:
     for small, _line, chain, _loops in F.walk(kernel.body.body):
         if not isinstance(small, cst.Return):
             continue
-        for test, _pol in chain:
-            if C.names_in(C.expr(test)) <= consts:
-                continue
+        for test in F.runtime_tests(chain, consts):
             empty = [m for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:==|<=)\s*0\b", test) if m.group(1) in bounds]
             if not empty:
                 return test
@@ -209,7 +207,7 @@ def _partial_store(kernel: cst.FunctionDef, stores: list[cst.Call], deps: dict) 
                                                for n in C.names_in(call.args[0].value)
                                                for v in defs.get(n, ()) for c in C.calls_in(v)):
                 return f"`{text}` stores through a block pointer (coverage not checked)"
-            runtime = [t for t, _pol in chain if not C.names_in(C.expr(t)) <= consts]
+            runtime = F.runtime_tests(chain, consts)
             if runtime:
                 return f"`{text}` runs under a runtime condition ({runtime[0]})"
             mask = C.kwarg(call, "mask") or (call.args[2] if len(call.args) > 2 and call.args[2].keyword is None else None)

@@ -69,6 +69,7 @@ def no(detail: str) -> Check:
 
 Predicate = Callable[["Ctx"], Check]
 
+_IF_TEST = re.compile(r"^(?:if|elif)\s+(.+?):\s*(?:#.*)?$")
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][\w\s,\[\]\.]*?)\s*(\+=|-=|\*=|/=|=)(?!=)\s*(.+?)\s*;?\s*$")
 LOAD_CALL = re.compile(r"(?<![\w])(?:tl\.load|__ldg|__ldcs|__ldlu|__ldca|__ldcg)\s*\(")
 _ANNOTATED = re.compile(r"^\s*([A-Za-z_]\w*)\s*:\s*[\w\.\[\], ]+?\s*=(?!=)\s*(.+?)\s*$")
@@ -207,6 +208,29 @@ class Ctx:
             if lp.is_time_loop and lp.line < line <= lp.end_line:
                 return lp
         return None
+
+    def enclosing_tests(self, line: int, stop: int) -> list[str]:
+        """The ``if``/``elif`` tests enclosing ``line`` (Python, by indentation), innermost first,
+        looking up no further than line ``stop``."""
+        def indent(ln: int) -> int:
+            raw = self._lines[ln - 1] if 1 <= ln <= len(self._lines) else ""
+            return len(raw) - len(raw.lstrip())
+
+        tests, level = [], indent(line)
+        for ln in range(line - 1, stop, -1):
+            text = self.text(ln)
+            if not text or indent(ln) >= level:
+                continue
+            m = _IF_TEST.match(text)
+            if m:
+                tests.append(m.group(1))
+            level = indent(ln)
+        return tests
+
+    def constexpr_test(self, test: str) -> bool:
+        """Every name the condition reads is a constexpr parameter (Triton resolves it at compile time)."""
+        names = set(re.findall(r"[A-Za-z_]\w*", test)) - {"not", "and", "or", "True", "False", "None"}
+        return all((p := self.param(n)) is not None and p.constexpr for n in names)
 
     def param(self, name: str):
         return next((q for q in self.p.params if q.name == name), None)

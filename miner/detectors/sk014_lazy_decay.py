@@ -15,17 +15,11 @@ from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 
 CODE = "SK014"
 _DECAY = re.compile(r"^(\w+)\s*\*=\s*(.+)$|^(\w+)\s*=\s*(\w+)\s*\*\s*(.+)$")
-_IF = re.compile(r"^(?:if|elif)\s+(.+?):\s*(?:#.*)?$")
 _SCALE_AFTER = re.compile(r"^(\w+)\s*=\s*\1\s*\*\s*(\w+)\s*(\[[^\]]*\])?\s*$")
 
 
 def _time_loops(ctx: Ctx):
     return [lp for lp in ctx.p.loops if lp.is_time_loop]
-
-
-def _indent(ctx: Ctx, line: int) -> int:
-    raw = ctx._lines[line - 1] if 1 <= line <= len(ctx._lines) else ""
-    return len(raw) - len(raw.lstrip())
 
 
 def _decays(ctx: Ctx, lp) -> list[tuple[int, str]]:
@@ -49,21 +43,6 @@ def _decays(ctx: Ctx, lp) -> list[tuple[int, str]]:
             out.append((ln, name))
         cache[key] = out
     return cache[key]
-
-
-def _conditions(ctx: Ctx, lp, line: int) -> list[str]:
-    """The if/elif tests enclosing ``line`` inside the loop (by indentation)."""
-    tests, level = [], _indent(ctx, line)
-    for ln in range(line - 1, lp.line, -1):
-        ind = _indent(ctx, ln)
-        text = ctx.text(ln)
-        if not text or ind >= level:
-            continue
-        m = _IF.match(text)
-        if m:
-            tests.append(m.group(1))
-        level = ind
-    return tests
 
 
 def _reads_ok(ctx: Ctx, lp, state: str) -> str | None:
@@ -90,11 +69,6 @@ def _reads_ok(ctx: Ctx, lp, state: str) -> str | None:
         if name.search(rest):
             return f"line {ln}: {ctx.text(ln)}"
     return None
-
-
-def _constexpr(ctx: Ctx, test: str) -> bool:
-    names = set(re.findall(r"[A-Za-z_]\w*", test)) - {"not", "and", "or", "True", "False"}
-    return all((p := ctx.param(n)) is not None and p.constexpr for n in names)
 
 
 def has_time_loop(ctx: Ctx) -> Check:
@@ -126,7 +100,7 @@ def gate_unconditional_or_constexpr(ctx: Ctx) -> Check:
     runtime = []
     for lp in _time_loops(ctx):
         for ln, _s in _decays(ctx, lp):
-            runtime += [(ln, t) for t in _conditions(ctx, lp, ln) if not _constexpr(ctx, t)]
+            runtime += [(ln, t) for t in ctx.enclosing_tests(ln, lp.line) if not ctx.constexpr_test(t)]
     if runtime:
         ln, t = runtime[0]
         return no(f"line {ln}: the gate runs under a runtime condition ({t})")
@@ -145,7 +119,7 @@ def candidates(ctx: Ctx) -> list[Hit]:
     out = []
     for lp in _time_loops(ctx):
         for ln, state in _decays(ctx, lp):
-            if _reads_ok(ctx, lp, state) is None and all(_constexpr(ctx, t) for t in _conditions(ctx, lp, ln)):
+            if _reads_ok(ctx, lp, state) is None and all(ctx.constexpr_test(t) for t in ctx.enclosing_tests(ln, lp.line)):
                 out.append(Hit.at(ln, ln, state=state, time_loop_line=lp.line))
     return out
 

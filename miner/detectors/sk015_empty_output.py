@@ -104,19 +104,10 @@ def _incomplete(ctx: Ctx, param: str) -> str | None:
     for ln in ctx.body:
         if ctx.text(ln) != "return" and not ctx.text(ln).startswith("return "):
             continue
-        level = len(ctx._lines[ln - 1]) - len(ctx._lines[ln - 1].lstrip())
-        for up in range(ln - 1, ctx.p.line, -1):
-            raw = ctx._lines[up - 1]
-            ind = len(raw) - len(raw.lstrip())
-            m = re.match(r"\s*(?:if|elif)\s+(.+?):\s*$", raw)
-            if raw.strip() and ind < level and m:
-                test = m.group(1)
-                names = set(re.findall(r"[A-Za-z_]\w*", test)) - {"and", "or", "not", "True", "False", "None"}
-                runtime = [n for n in names if not ((p := ctx.param(n)) is not None and p.constexpr)]
-                empty = any(g in bounds for g in re.findall(r"\b([A-Za-z_]\w*)\s*(?:==|<=)\s*0\b", test))
-                if runtime and not empty:
-                    return f"line {ln}: returns early when {test}"
-                level = ind
+        for test in ctx.enclosing_tests(ln, ctx.p.line):
+            empty = any(g in bounds for g in re.findall(r"\b([A-Za-z_]\w*)\s*(?:==|<=)\s*0\b", test))
+            if not ctx.constexpr_test(test) and not empty:
+                return f"line {ln}: returns early when {test}"
     for m in ctx.p.memops:
         if m.kind == "store" and root_param(ctx, m.pointer, m.line) == param and "make_block_ptr" in ctx.statement(
                 (ctx.last_def(m.pointer.split()[0], m.line) or m).line):
