@@ -147,7 +147,10 @@ class _Reads(cst.CSTVisitor):
                         if _sum_axis(node) != (0 if axis == ROW else 1) and self.on(_other(axis)):
                             return  # the other axis' factor varies along the summed axis: not a scaling of the result
                         self.handled.add(id(tile))
-                        ops, res = self.on(axis), self.on(_other(axis)) + self.scalars()  # a scalar scales the [BV] result
+                        # a scalar scales the vector operand, not the [BV] result: the operand is ready before
+                        # the reduction (off the recurrence's chain), and ptxas spills on the result form
+                        # (GDN P=4/1 warp, sm_90: 155 spill instructions against none)
+                        ops, res = self.on(axis) + self.scalars(), self.on(_other(axis))
                         C.chain_edit(self.edits, vec.value, lambda u, fs=ops: cst.parse_expression(
                             _scaled(C.code_of(u), fs, self.chain, "*")))
                         C.chain_edit(self.edits, node, lambda u, fs=res: cst.parse_expression(

@@ -64,9 +64,10 @@ def test_project_kernels_match_original(family, entry, plan, tmp_path):
 def test_scalar_and_row_gates_get_their_factor_shapes():
     gdn = _lazy((ROOT / "kernels/gdn_decode/kernel.py").read_text())
     assert "h_decay = tl.full([], 1.0, tl.float32)" in gdn
-    # a scalar factor scales the [BV] contraction results and divides the [BV] delta (no [K] vector work)
+    # a scalar factor scales the contractions' vector operands (ready before the reduction) and divides
+    # the [BV] delta of the update
+    assert "tl.sum(h * (k * h_decay)[:, None], 0)" in gdn and "tl.sum(h * (q * h_decay)[:, None], 0)" in gdn
     assert "h += k[:, None] * (v / h_decay)[None, :]" in gdn and "h = h * h_decay\n" in gdn
-    assert "o = (tl.sum(h * q[:, None], 0) * h_decay)" in gdn
     kda = _lazy((ROOT / "kernels/kda_decode/kernel.py").read_text())
     assert "b_s_rdecay = tl.full([BK], 1.0, tl.float32)" in kda
     assert "tl.sum(b_s * (b_k * b_s_rdecay)[:, None], 0)" in kda
