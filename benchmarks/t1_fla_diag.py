@@ -1,0 +1,134 @@
+"""Issue 5, T = 1, N = 32: why fla-core's accepted KDA variant runs ~0.8 us behind the suite's (H200).
+
+`skel apply` accepts SK002+SK014(+SK015) with P = 2 programs per head and 2 warps for both KDA targets at
+T = 1, but fla-core's file lands at 36.4 us (87 % of the copy roofline) and the suite's at 35.6 us (89 %).
+This times hand-edited diagnostic copies of fla-core's variant (not rewrites skel emits) beside the
+suite's variant and a Triton in-place copy through the same grid, in one process, on the same inputs:
+
+  fla        the accepted composition as `skel apply` writes it
+  fla_i32    index math in int32: `N: tl.int64` / `T: tl.int64` and `program_id(0).to(tl.int64)` dropped
+  fla_noevict  no eviction_policy hints on the loads and stores
+  fla_both   both edits
+  suite      the suite's kda_decode under the same composition
+  suite_nomask  the suite's variant with its all-true masks (K = BK, V a multiple of BV) dropped
+
+    python benchmarks/t1_fla_diag.py --gen .skel/t1_s5    # CPU, libcst (needs the fla-core corpus path)
+    cd benchmarks && python3 t1_fla_diag.py --run ../.skel/t1_s5   # GPU (carry .skel/t1_s5 and .whl)
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+PLAN = (2, 1, 2, True, 1)  # P = 2, one sub-tile, 2 warps, prefetch, num_stages = 1: the accepted T = 1 plan
+
+
+def _compose(src: str, empty: bool) -> str:
+    from skel.rewriter.base import RewriteOptions
+    from skel.rewriter.sk002_merge_tiles import merge_tiles
+    from skel.rewriter.sk014_lazy_decay import rewrite as lazy
+    from skel.rewriter.sk015_empty_output import rewrite as empty_output
+
+    [r] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [PLAN]),)))
+    [r] = lazy(r.source, RewriteOptions())
+    if empty:
+        [r] = empty_output(r.source, RewriteOptions())
+    assert r.applied, r.reason
+    return r.source
+
+
+def _i32(src: str) -> str:
+    out = src.replace("N: tl.int64,", "N,").replace("T: tl.int64,", "T,")
+    out = out.replace("pid = tl.program_id(0).to(tl.int64)", "pid = tl.program_id(0)")
+    assert out.count("tl.int64") < src.count("tl.int64"), "fla_i32: nothing replaced"
+    return out
+
+
+def _noevict(src: str) -> str:
+    out = re.sub(r",\s*eviction_policy='evict_(first|last)'", "", src)
+    assert out != src, "fla_noevict: nothing replaced"
+    return out
+
+
+def _nomask(src: str) -> str:
+    out = re.sub(r"\(m_[kv]\) & ", "", src)
+    out = out.replace(", mask=m_s, other=0.0)", ")").replace(", mask=m_s)", ")").replace(", mask=m_k, other=0.0)", ")")
+    out = out.replace(", mask=m_v)", ")")
+    assert "mask=m_" not in out and "(m_" not in out, "suite_nomask: a mask is left"
+    return out
+
+
+def gen(out: Path, fla_root: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    fla = _compose((fla_root / "fla/ops/kda/fused_recurrent.py").read_text(), True)
+    variants = {"fla": fla, "fla_i32": _i32(fla), "fla_noevict": _noevict(fla), "fla_both": _noevict(_i32(fla)),
+                "suite": _compose((HERE.parent / "kernels/kda_decode/kernel.py").read_text(), False)}
+    variants["suite_nomask"] = _nomask(variants["suite"])
+    for name, code in variants.items():
+        (out / f"{name}.py").write_text(code)
+    return 0
+
+
+def _fla_args(x: dict) -> dict:
+    from skel.kernels.kda_decode import fla_upstream
+
+    d = dict(x)
+    d["initial_state"] = d.pop("state")
+    d.update(scale=x["q"].shape[-1] ** -0.5, inplace_final_state=True, use_qk_l2norm_in_kernel=True,
+             use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+    return d
+
+
+def run(d: Path) -> int:
+    import torch
+
+    import graph_timing as G
+    import t1_ceiling_probe as P
+    from skel.kernels.kda_decode import fla_upstream, spec
+    from skel.validate.spec import Shape
+
+    calls = {}
+    for path in sorted(d.glob("*.py")):
+        mod = f"t1_diag_{path.stem}"  # not the variant's stem: "fla" would shadow the fla package
+        m = importlib.util.module_from_spec(importlib.util.spec_from_file_location(mod, path))
+        sys.modules[mod] = m
+        m.__spec__.loader.exec_module(m)
+        if path.stem.startswith("fla"):  # the suite's inputs, called the way fla_upstream's harness calls the file
+            calls[path.stem] = (lambda f: lambda x: f(**_fla_args(x)))(getattr(m, fla_upstream.SPEC.entry))
+        else:
+            calls[path.stem] = (lambda f: lambda x: f(**x))(getattr(m, spec.SPEC.entry))
+    calls["copy_p2w2"] = lambda x: P.copy_call(2, 2)({"state": x["state"]})
+    bw = G.copy_bandwidth(torch)
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s (median of 20 copies of 1 GiB)")
+    for N in (32, 64):
+        shape = Shape.of(N=N, T=1, H=32, HV=32, K=128, V=128)
+        state = N * 32 * 128 * 128 * 4
+        nbytes = 2 * state + 5 * N * 32 * 128 * 2 + N * 32 * 2  # state read + written; q, k, g, v, o (bf16); beta
+        for name, call in calls.items():  # numerics against the family's float64 reference first
+            if name == "copy_p2w2":
+                continue
+            x = spec.SPEC.make_inputs(shape, "bfloat16", 1, "cuda")
+            ref = spec.SPEC.reference(**{k: (v.double() if hasattr(v, "double") else v) for k, v in x.items()})
+            out = call(x)
+            o = out[0] if isinstance(out, tuple) else out
+            err = ((o.double() - ref["o"]).norm() / ref["o"].norm()).item()
+            print(f"T=1 N={N} {name:12s} o rel. error {err:.1e}", flush=True)
+        med = G.median_us(torch, calls, lambda i: spec.SPEC.make_inputs(shape, "bfloat16", 100 + i, "cuda"),
+                          G.rotation(state), 40)
+        for name, us in med.items():
+            print(f"T=1 N={N} {name:12s} {us:6.1f} us {nbytes / (us * 1e-6) / bw * 100:5.1f} %", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gen", type=Path)
+    ap.add_argument("--fla", type=Path, default=Path("/work/corpus/fla_core"))
+    ap.add_argument("--run", type=Path)
+    a = ap.parse_args()
+    sys.exit(gen(a.gen, a.fla) if a.gen else run(a.run))
