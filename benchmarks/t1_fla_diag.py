@@ -11,6 +11,8 @@ suite's variant and a Triton in-place copy through the same grid, in one process
   fla_both   both edits
   suite      the suite's kda_decode under the same composition
   suite_nomask  the suite's variant with its all-true masks (K = BK, V a multiple of BV) dropped
+  suite_f1   the suite's variant with o taken from the state before the update, o = S^T q + (q . k) delta,
+             so the two contractions of the state are independent (one reduction less on the chain)
 
     python benchmarks/t1_fla_diag.py --gen .skel/t1_s5    # CPU, libcst (needs the fla-core corpus path)
     cd benchmarks && python3 t1_fla_diag.py --run ../.skel/t1_s5   # GPU (carry .skel/t1_s5 and .whl)
@@ -63,12 +65,20 @@ def _nomask(src: str) -> str:
     return out
 
 
+def _f1(src: str) -> str:
+    upd = "        b_s = b_s + (b_k / b_s_rdecay)[:, None] * b_delta[None, :]\n"
+    out_ = "        b_o = tl.sum(b_s * (b_q * b_s_rdecay)[:, None], 0)\n"
+    assert upd + out_ in src, "suite_f1: the update and output lines moved"
+    return src.replace(upd + out_, out_.replace("0)\n", "0) + tl.sum(b_q * b_k) * b_delta\n") + upd)
+
+
 def gen(out: Path, fla_root: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fla = _compose((fla_root / "fla/ops/kda/fused_recurrent.py").read_text(), True)
     variants = {"fla": fla, "fla_i32": _i32(fla), "fla_noevict": _noevict(fla), "fla_both": _noevict(_i32(fla)),
                 "suite": _compose((HERE.parent / "kernels/kda_decode/kernel.py").read_text(), False)}
     variants["suite_nomask"] = _nomask(variants["suite"])
+    variants["suite_f1"] = _f1(variants["suite"])
     for name, code in variants.items():
         (out / f"{name}.py").write_text(code)
     return 0
@@ -105,10 +115,10 @@ def run(d: Path) -> int:
     calls["copy_p2w2"] = lambda x: P.copy_call(2, 2)({"state": x["state"]})
     bw = G.copy_bandwidth(torch)
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s (median of 20 copies of 1 GiB)")
-    for N in (32, 64):
-        shape = Shape.of(N=N, T=1, H=32, HV=32, K=128, V=128)
+    for N, T in ((32, 1), (64, 1), (64, 8)):
+        shape = Shape.of(N=N, T=T, H=32, HV=32, K=128, V=128)
         state = N * 32 * 128 * 128 * 4
-        nbytes = 2 * state + 5 * N * 32 * 128 * 2 + N * 32 * 2  # state read + written; q, k, g, v, o (bf16); beta
+        nbytes = 2 * state + T * (5 * N * 32 * 128 * 2 + N * 32 * 2)  # state read + written; q, k, g, v, o (bf16); beta
         for name, call in calls.items():  # numerics against the family's float64 reference first
             if name == "copy_p2w2":
                 continue
@@ -117,11 +127,11 @@ def run(d: Path) -> int:
             out = call(x)
             o = out[0] if isinstance(out, tuple) else out
             err = ((o.double() - ref["o"]).norm() / ref["o"].norm()).item()
-            print(f"T=1 N={N} {name:12s} o rel. error {err:.1e}", flush=True)
+            print(f"T={T} N={N} {name:12s} o rel. error {err:.1e}", flush=True)
         med = G.median_us(torch, calls, lambda i: spec.SPEC.make_inputs(shape, "bfloat16", 100 + i, "cuda"),
                           G.rotation(state), 40)
         for name, us in med.items():
-            print(f"T=1 N={N} {name:12s} {us:6.1f} us {nbytes / (us * 1e-6) / bw * 100:5.1f} %", flush=True)
+            print(f"T={T} N={N} {name:12s} {us:6.1f} us {nbytes / (us * 1e-6) / bw * 100:5.1f} %", flush=True)
     return 0
 
 
