@@ -11,6 +11,8 @@ suite's variant and a Triton in-place copy through the same grid, in one process
   fla_both   both edits
   suite      the suite's kda_decode under the same composition
   suite_nomask  the suite's variant with its all-true masks (K = BK, V a multiple of BV) dropped
+  *_pdl      the variant launched with programmatic dependent launch (launch_pdl=True; the kernel calls
+             gdc_launch_dependents and gdc_wait before any memory access, under a constexpr flag)
   suite_f1   the suite's variant with o taken from the state before the update, o = S^T q + (q . k) delta,
              so the two contractions of the state are independent (one reduction less on the chain)
 
@@ -72,6 +74,17 @@ def _f1(src: str) -> str:
     return src.replace(upd + out_, out_.replace("0)\n", "0) + tl.sum(b_q * b_k) * b_delta\n") + upd)
 
 
+def _pdl(src: str, launch: str) -> str:
+    """PDL by hand: a constexpr flag after the kernel's last parameter, the two GDC calls first in its body,
+    and the flag and launch_pdl at the launch (``launch``: the launch's num_warps line, kept)."""
+    head, sep, body = src.partition("\n):\n")
+    assert sep, "pdl: kernel signature not found"
+    body = ("    if SKEL_PDL:\n        tl.extra.cuda.gdc_launch_dependents()\n        tl.extra.cuda.gdc_wait()\n" + body)
+    out = head + "\n    SKEL_PDL: tl.constexpr = False,\n):\n" + body
+    assert launch in out, f"pdl: launch line {launch!r} not found"
+    return out.replace(launch, launch + " launch_pdl=True, SKEL_PDL=True,", 1)
+
+
 def gen(out: Path, fla_root: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fla = _compose((fla_root / "fla/ops/kda/fused_recurrent.py").read_text(), True)
@@ -79,6 +92,8 @@ def gen(out: Path, fla_root: Path) -> int:
                 "suite": _compose((HERE.parent / "kernels/kda_decode/kernel.py").read_text(), False)}
     variants["suite_nomask"] = _nomask(variants["suite"])
     variants["suite_f1"] = _f1(variants["suite"])
+    variants["suite_pdl"] = _pdl(variants["suite"], "num_warps=2, num_stages=1,")
+    variants["fla_pdl"] = _pdl(fla, "num_stages=1,")
     for name, code in variants.items():
         (out / f"{name}.py").write_text(code)
     return 0
