@@ -1,5 +1,8 @@
 """`skel apply`: profile -> match -> candidates -> gate -> accept per shape bucket -> output + report.
 
+On a GPU the search has a second, measured round: the structural skeletons composed on top of each
+bucket's first-round winner with the winner's own variants (candidates.refine), judged by the same gate.
+
 A rewrite is accepted only when the gate's numerics pass at every shape AND (on a GPU) the
 interleaved microbenchmark finds it faster at some shape of a bucket and slower at none.
 Without a GPU the numerics still run (interpreter, "ci" shapes) but nothing is accepted:
@@ -175,6 +178,17 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     perf_measured = device == "cuda" and not options.dry_run
     precision_only = frozenset(o.label for o in outcomes
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
+    if perf_measured:  # second round: compose the rest on top of each bucket's measured winner
+        refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only)
+        for j, cand in enumerate(refined, len(outcomes) + 1):
+            cand_path = work / f"candidate_{j:02d}.py"
+            cand_path.write_text(cand.source, encoding="utf-8")
+            progress(f"[refine {j - len(cset.candidates)}/{len(refined)}] gate: {cand.label}")
+            started = time.monotonic()
+            outcomes.append(_judge(cand, cand_path, binding, path, shape_set, device,
+                                   unified_diff(source, cand.source, path.name), options))
+            progress(f"[refine {j - len(cset.candidates)}/{len(refined)}] {outcomes[-1].reason} "
+                     f"({time.monotonic() - started:.0f} s)")
     winners, outcomes = choose_winners(outcomes, perf_measured, precision_only)
     output = None
     notes: list[str] = []
@@ -197,6 +211,28 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     if options.record and not options.dry_run:
         _record(result, binding, source, options.catalog)
     return result
+
+
+def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOutcome], codes: list[str],
+            library: Library, rewrite_options: RewriteOptions, options: ApplyOptions,
+            precision_only: frozenset) -> list[Candidate]:
+    """New candidates for the second round: the structural skeletons composed on top of each bucket's
+    first-round winner, with the winner's own variants (candidates.refine); ones already judged are left out."""
+    from skel.rewriter.candidates import refine
+    from skel.rewriter.select import choose_winners
+
+    winners, _ = choose_winners(outcomes, True, precision_only)
+    by_label = {c.label: c for c in candidates}
+    judged = {c.source for c in candidates}
+    out: list[Candidate] = []
+    for label in dict.fromkeys(o.label for _, o in winners):
+        if label in precision_only or label not in by_label:
+            continue
+        cand = refine(source, by_label[label], codes, library, rewrite_options, options.allow_unsafe)
+        if cand is not None and cand.source not in judged:
+            judged.add(cand.source)
+            out.append(cand)
+    return out
 
 
 def _default_device() -> str:

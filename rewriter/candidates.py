@@ -90,17 +90,7 @@ def enumerate_candidates(
     """Every single-skeleton rewrite, then compositions of the structural ones, then launch search on top."""
     rewrites = registry()
     out = CandidateSet()
-    usable: list[str] = []
-    for code in order_by_graph(codes, library):
-        sk = library.get(code)
-        if code not in rewrites:
-            out.skipped.append(Skip((code,), "no automatic rewrite for this skeleton (see its docs for the method)"))
-            continue
-        if sk is not None and sk.safety == "unsafe" and not allow_unsafe:
-            out.skipped.append(Skip((code,), "unsafe rewrite (changes rounding or reduction order): pass --unsafe"))
-            continue
-        usable.append(code)
-
+    usable, out.skipped[:0] = _usable(codes, library, allow_unsafe, rewrites)
     structural = [c for c in usable if c not in SEARCH_LAST]
     search = [c for c in usable if c in SEARCH_LAST]
     seen_sources = {source}
@@ -157,6 +147,55 @@ def enumerate_candidates(
                                 f"{len(over)} more candidate(s) not judged, over the budget of {max_candidates} "
                                 f"(--max-candidates): {shown}"))
     return out
+
+
+def _usable(codes: list[str], library: Library, allow_unsafe: bool, rewrites) -> tuple[list[str], list[Skip]]:
+    """The codes with an automatic rewrite the caller may use, in graph order, and why the others are left."""
+    usable: list[str] = []
+    skipped: list[Skip] = []
+    for code in order_by_graph(codes, library):
+        sk = library.get(code)
+        if code not in rewrites:
+            skipped.append(Skip((code,), "no automatic rewrite for this skeleton (see its docs for the method)"))
+        elif sk is not None and sk.safety == "unsafe" and not allow_unsafe:
+            skipped.append(Skip((code,), "unsafe rewrite (changes rounding or reduction order): pass --unsafe"))
+        else:
+            usable.append(code)
+    return usable, skipped
+
+
+def refine(source: str, winner: Candidate, codes: list[str], library: Library, options: RewriteOptions,
+           allow_unsafe: bool) -> Candidate | None:
+    """The second round of the search, after the gate has measured the first: every structural skeleton
+    that still applies, composed in graph order on top of a measured winner, each of the winner's own
+    skeletons taking the variant the winner measured (SK002's plan, ...) and the others their first.
+
+    The first round composes with each skeleton's first variant only (its budget goes to the variants
+    alone), so a variant that wins alone in a shape bucket (SK002 with four programs and one warp at
+    T = 8) was never composed. None when the winner already holds every structural skeleton that
+    applies, when a variant cannot be reproduced, or when the composition adds nothing.
+    """
+    rewrites = registry()
+    usable, _ = _usable(codes, library, allow_unsafe, rewrites)
+    structural = [c for c in usable if c not in SEARCH_LAST]
+    if any(c not in structural for c in winner.skeletons):
+        return None  # a launch-search or preview step: not composed further
+    wanted = {step.skeleton: step.variant for step in winner.steps}
+    chain = Candidate((), source, (), False)
+    for code in structural:
+        if _conflict(chain.skeletons + (code,), library):
+            continue
+        applied = [v for v in rewrites[code](chain.source, options) if v.applied]
+        if code in wanted:
+            applied = [v for v in applied if v.variant == wanted[code]]
+            if not applied:
+                return None  # the winner's variant does not exist on this chain
+        if applied:
+            v = applied[0]
+            chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,), chain.unsafe or _unsafe(code, library))
+    if set(chain.skeletons) == set(winner.skeletons) or not set(winner.skeletons) <= set(chain.skeletons):
+        return None
+    return chain
 
 
 def _unsafe(code: str, library: Library) -> bool:

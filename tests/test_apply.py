@@ -250,3 +250,48 @@ def test_unusable_dispatch_falls_back_to_one_variant(tmp_path):
     out, notes = _write_output(target, KDA.read_text(), binding, winners, [oa, ob], ApplyOptions(target=target),
                                check=lambda text: None)
     assert "def kda_decode_skel_v2(" in out.read_text() and "dispatches on shape" in notes[0]
+
+
+def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
+    """On a GPU the search measures twice: after the first round, the structural skeletons are composed
+    on top of each bucket's winner with the winner's own variant (first-round compositions only take each
+    skeleton's first variant). The gate is stood in for by a table of speedups (no GPU here); everything
+    else (binding, candidates, selection, output) is the real code."""
+    import dataclasses
+
+    import skel.rewriter.apply as A
+    from skel.validate.result import PerfResult, ShapeVerdict, Timing
+
+    gdn = KERNELS / "gdn_decode" / "kernel.py"
+    target = tmp_path / "gdn_decode.py"
+    shutil.copy(gdn, target)
+    p4 = "P=4,NS=1,num_warps=1,prefetch,num_stages=1"
+    judged: list[str] = []
+
+    def speedups(label: str) -> dict[str, float]:
+        if p4 in label:  # the one-warp plan wins at T = 8; with SK014 on top it wins more
+            return {"T1": 0.9, "T8": 1.55 if "SK014" in label else 1.5}
+        return {"T1": 1.3, "T8": 1.3}
+
+    def judge(cand, cand_path, binding, path, shape_set, device, diff, options):
+        judged.append(cand.label)
+        shapes = [dataclasses.asdict(ShapeVerdict(f"N64-{t}-H16-HV32-K128-V128", None, PerfResult(
+            Timing(100.0, 99.0, 101.0, 40), Timing(100.0 / x, 99.0 / x, 101.0 / x, 40), x, x - 0.01, x + 0.01,
+            "faster" if x > 1.02 else "slower" if x < 0.98 else "within noise", 1 << 27, 0, 4.2e3, 0.0,
+            60.0, 60.0 * x, 2, 8), "")) for t, x in speedups(cand.label).items()]
+        return A.CandidateOutcome(cand.skeletons, cand.label, False, True, "numerics passed", cand.unsafe, diff,
+                                  cand.params, {"shapes": shapes}, str(cand_path))
+
+    monkeypatch.setattr(A, "_judge", judge)
+    monkeypatch.setattr(A, "_dispatch_check", lambda *a, **k: (lambda text: None))
+    opts = A.ApplyOptions(target=target, allow_unsafe=True, device="cuda", record=False, report_dir=tmp_path / "r",
+                          shapes="N64-T1-H16-HV32-K128-V128,N64-T8-H16-HV32-K128-V128", max_candidates=16,
+                          skeletons=("SK001", "SK002", "SK014"))
+    result = A.apply(opts, load_library(), progress=lambda m: None)
+    refined = f"SK001+SK002+SK014 [{p4}]"
+    assert refined in judged and judged.index(refined) == len(judged) - 1  # judged after the first round
+    assert f"SK002 [{p4}]" in judged and refined not in judged[:-1]
+    assert dict(result.winners)["T8-H16-HV32-K128-V128"] == refined
+    assert "SK002+SK014" in dict(result.winners)["T1-H16-HV32-K128-V128"]  # the first round's composition
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert refined in [c["label"] for c in report["candidates"]]
