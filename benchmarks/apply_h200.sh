@@ -54,6 +54,10 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     kda_lazy_greedy) run kda_lazy_greedy "$KDA_SHAPES" /tmp/work/kda_decode.py --skeleton SK002 --skeleton SK014 --no-record ;;
     kda_upstream_empty) run kda_upstream_empty "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK002 --skeleton SK014 \
       --skeleton SK015 --no-record ;;
+    # session 5: zero-config (every applicable skeleton, default budget, the measured second round)
+    gdn_default) run gdn_default "$GDN_SHAPES" /tmp/work/gdn_decode.py --no-record ;;
+    kda_default) run kda_default "$KDA_SHAPES" /tmp/work/kda_decode.py --no-record ;;
+    kda_upstream_default) run kda_upstream_default "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --no-record ;;
     gdn_upstream_sk002) run gdn_upstream_sk002 "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --skeleton SK002 --no-record ;;
   esac
 done
