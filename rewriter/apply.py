@@ -10,6 +10,7 @@ performance is "not measured", and no speedup is ever claimed.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import shutil
@@ -180,15 +181,15 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
     if perf_measured:  # second round: compose the rest on top of each bucket's measured winner
         refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only)
-        for j, cand in enumerate(refined, len(outcomes) + 1):
-            cand_path = work / f"candidate_{j:02d}.py"
+        for k, (cand, origin) in enumerate(refined, 1):
+            cand_path = work / f"candidate_{len(outcomes) + 1:02d}.py"
             cand_path.write_text(cand.source, encoding="utf-8")
-            progress(f"[refine {j - len(cset.candidates)}/{len(refined)}] gate: {cand.label}")
+            progress(f"[second round {k}/{len(refined)}] gate: {cand.label}")
             started = time.monotonic()
-            outcomes.append(_judge(cand, cand_path, binding, path, shape_set, device,
-                                   unified_diff(source, cand.source, path.name), options))
-            progress(f"[refine {j - len(cset.candidates)}/{len(refined)}] {outcomes[-1].reason} "
-                     f"({time.monotonic() - started:.0f} s)")
+            judged = _judge(cand, cand_path, binding, path, shape_set, device,
+                            unified_diff(source, cand.source, path.name), options)
+            outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}"))
+            progress(f"[second round {k}/{len(refined)}] {judged.reason} ({time.monotonic() - started:.0f} s)")
     winners, outcomes = choose_winners(outcomes, perf_measured, precision_only)
     output = None
     notes: list[str] = []
@@ -215,23 +216,27 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
 
 def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOutcome], codes: list[str],
             library: Library, rewrite_options: RewriteOptions, options: ApplyOptions,
-            precision_only: frozenset) -> list[Candidate]:
-    """New candidates for the second round: the structural skeletons composed on top of each bucket's
-    first-round winner, with the winner's own variants (candidates.refine); ones already judged are left out."""
+            precision_only: frozenset) -> list[tuple[Candidate, str]]:
+    """New candidates for the second round, each with the winner it was built on: the structural skeletons
+    composed on top of each bucket's first-round winner, with the winner's own variants (candidates.refine);
+    ones already judged are left out."""
     from skel.rewriter.candidates import refine
     from skel.rewriter.select import choose_winners
 
     winners, _ = choose_winners(outcomes, True, precision_only)
     by_label = {c.label: c for c in candidates}
     judged = {c.source for c in candidates}
-    out: list[Candidate] = []
-    for label in dict.fromkeys(o.label for _, o in winners):
+    buckets: dict[str, list[str]] = {}
+    for bucket, o in winners:
+        buckets.setdefault(o.label, []).append(bucket)
+    out: list[tuple[Candidate, str]] = []
+    for label, won in buckets.items():
         if label in precision_only or label not in by_label:
             continue
         cand = refine(source, by_label[label], codes, library, rewrite_options, options.allow_unsafe)
         if cand is not None and cand.source not in judged:
             judged.add(cand.source)
-            out.append(cand)
+            out.append((cand, f"{label}, the first round's winner for {', '.join(won)}"))
     return out
 
 

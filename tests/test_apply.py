@@ -294,4 +294,5 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     assert dict(result.winners)["T8-H16-HV32-K128-V128"] == refined
     assert "SK002+SK014" in dict(result.winners)["T1-H16-HV32-K128-V128"]  # the first round's composition
     report = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert refined in [c["label"] for c in report["candidates"]]
+    [entry] = [c for c in report["candidates"] if c["label"] == refined]
+    assert entry["accepted"] and f"second round, on SK002 [{p4}], the first round's winner for T8" in entry["reason"]
