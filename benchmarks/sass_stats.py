@@ -11,7 +11,8 @@ vectorised and the same kernel can appear to spill). The cubin goes through `cuo
     # family: kda_decode, gdn_decode, or fla_kda (fla-core's KDA file through kda_decode's fla_upstream spec)
 
 A development tool: it relies on triton's runtime internals (driver.set_active, JITFunction.run), checked
-with triton 3.7.1; nothing it prints is a performance result.
+with triton 3.7.1; an autotuned kernel fails (the compile-only driver cannot benchmark its configs);
+nothing it prints is a performance result.
 """
 from __future__ import annotations
 

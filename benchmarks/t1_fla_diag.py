@@ -38,12 +38,13 @@ def _compose(src: str, empty: bool) -> str:
     from skel.rewriter.sk014_lazy_decay import rewrite as lazy
     from skel.rewriter.sk015_empty_output import rewrite as empty_output
 
-    [r] = merge_tiles(src, RewriteOptions(extra=(("sk002_variants", [PLAN]),)))
-    [r] = lazy(r.source, RewriteOptions())
-    if empty:
-        [r] = empty_output(r.source, RewriteOptions())
-    assert r.applied, r.reason
-    return r.source
+    steps = [lambda s: merge_tiles(s, RewriteOptions(extra=(("sk002_variants", [PLAN]),))),
+             lambda s: lazy(s, RewriteOptions())] + ([lambda s: empty_output(s, RewriteOptions())] if empty else [])
+    for step in steps:
+        [r] = step(src)
+        assert r.applied, r.reason
+        src = r.source
+    return src
 
 
 def _i32(src: str) -> str:
@@ -100,8 +101,6 @@ def gen(out: Path, fla_root: Path) -> int:
 
 
 def _fla_args(x: dict) -> dict:
-    from skel.kernels.kda_decode import fla_upstream
-
     d = dict(x)
     d["initial_state"] = d.pop("state")
     d.update(scale=x["q"].shape[-1] ** -0.5, inplace_final_state=True, use_qk_l2norm_in_kernel=True,

@@ -2,6 +2,9 @@
 
 On a GPU the search has a second, measured round: the structural skeletons composed on top of each
 bucket's first-round winner with the winner's own variants (candidates.refine), judged by the same gate.
+It adds at most one candidate per shape bucket beyond --max-candidates; a winner holding a launch-config
+search (SK005) or a preview (SKP...) step is not composed further, and the second round's compositions
+get no launch search on top.
 
 A rewrite is accepted only when the gate's numerics pass at every shape AND (on a GPU) the
 interleaved microbenchmark finds it faster at some shape of a bucket and slower at none.
@@ -65,11 +68,12 @@ class CandidateOutcome:
     params: dict = field(default_factory=dict)
     gate: dict | None = None  # GateResult.to_dict()
     path: str = ""
+    round: int = 1  # 2: built on a first-round winner by the measured second round
 
     def to_json(self) -> dict:
         return {"skeletons": list(self.skeletons), "label": self.label, "accepted": self.accepted,
                 "numerics_passed": self.numerics_passed, "reason": self.reason, "unsafe": self.unsafe,
-                "params": self.params, "gate": self.gate, "diff": self.diff, "path": self.path}
+                "params": self.params, "gate": self.gate, "diff": self.diff, "path": self.path, "round": self.round}
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
 
         add_preview_candidates(cset, source, options.catalog, options.skeletons, options.max_candidates)
     progress(f"{len(cset.candidates)} candidate(s); {len(cset.skipped)} skeleton(s) produced none")
-    skipped = tuple((s.skeletons, s.reason) for s in cset.skipped)
+    skipped = [(s.skeletons, s.reason) for s in cset.skipped]
     report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
     work = report_dir / "candidates"  # every candidate file stays beside the report, for a person to read
     work.mkdir(parents=True, exist_ok=True)
@@ -180,7 +184,8 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     precision_only = frozenset(o.label for o in outcomes
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
     if perf_measured:  # second round: compose the rest on top of each bucket's measured winner
-        refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only)
+        refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only,
+                          skipped)
         for k, (cand, origin) in enumerate(refined, 1):
             cand_path = work / f"candidate_{len(outcomes) + 1:02d}.py"
             cand_path.write_text(cand.source, encoding="utf-8")
@@ -188,7 +193,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
             started = time.monotonic()
             judged = _judge(cand, cand_path, binding, path, shape_set, device,
                             unified_diff(source, cand.source, path.name), options)
-            outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}"))
+            outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}", round=2))
             progress(f"[second round {k}/{len(refined)}] {judged.reason} ({time.monotonic() - started:.0f} s)")
     winners, outcomes = choose_winners(outcomes, perf_measured, precision_only)
     output = None
@@ -204,7 +209,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
                      "nothing is accepted without a microbenchmark")
     result = ApplyResult(
         target=str(options.target), binding=binding.to_json(), device=device, perf_measured=perf_measured,
-        applicability=applicability, candidates=tuple(outcomes), skipped=skipped,
+        applicability=applicability, candidates=tuple(outcomes), skipped=tuple(skipped),
         winners=tuple((b, o.label) for b, o in winners), output=str(output) if output else None,
         report=str(report_path(report_dir)), notes=tuple(notes),
     )
@@ -216,10 +221,10 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
 
 def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOutcome], codes: list[str],
             library: Library, rewrite_options: RewriteOptions, options: ApplyOptions,
-            precision_only: frozenset) -> list[tuple[Candidate, str]]:
+            precision_only: frozenset, skipped: list) -> list[tuple[Candidate, str]]:
     """New candidates for the second round, each with the winner it was built on: the structural skeletons
-    composed on top of each bucket's first-round winner, with the winner's own variants (candidates.refine);
-    ones already judged are left out."""
+    composed on top of each bucket's first-round winner, with the winner's own variants (candidates.refine).
+    A winner with no new composition, or whose composition was already judged, is said in ``skipped``."""
     from skel.rewriter.candidates import refine
     from skel.rewriter.select import choose_winners
 
@@ -234,7 +239,11 @@ def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOu
         if label in precision_only or label not in by_label:
             continue
         cand = refine(source, by_label[label], codes, library, rewrite_options, options.allow_unsafe)
-        if cand is not None and cand.source not in judged:
+        if isinstance(cand, str):
+            skipped.append((by_label[label].skeletons, f"second round on {label}: none ({cand})"))
+        elif cand.source in judged:
+            skipped.append((cand.skeletons, f"second round on {label}: {cand.label} was judged in the first round"))
+        else:
             judged.add(cand.source)
             out.append((cand, f"{label}, the first round's winner for {', '.join(won)}"))
     return out

@@ -165,37 +165,56 @@ def _usable(codes: list[str], library: Library, allow_unsafe: bool, rewrites) ->
 
 
 def refine(source: str, winner: Candidate, codes: list[str], library: Library, options: RewriteOptions,
-           allow_unsafe: bool) -> Candidate | None:
-    """The second round of the search, after the gate has measured the first: every structural skeleton
-    that still applies, composed in graph order on top of a measured winner, each of the winner's own
+           allow_unsafe: bool) -> Candidate | str:
+    """The second round of the search, after the gate has measured the first: the structural skeletons
+    that still apply, composed in graph order on top of a measured winner, each of the winner's own
     skeletons taking the variant the winner measured (SK002's plan, ...) and the others their first.
 
     The first round composes with each skeleton's first variant only (its budget goes to the variants
     alone), so a variant that wins alone in a shape bucket (SK002 with four programs and one warp at
-    T = 8) was never composed. None when the winner already holds every structural skeleton that
-    applies, when a variant cannot be reproduced, or when the composition adds nothing.
+    T = 8) was never composed. A skeleton that conflicts with one of the winner's is left out, and so is
+    one after which a winner's skeleton no longer produces its measured variant (SK002's prefetch leaves
+    SK003 nothing to hoist). Returns the composition, or why there is none: the winner holds a launch
+    search or preview step (not composed further), already holds every structural skeleton that
+    applies, or its own variants cannot be reproduced.
     """
     rewrites = registry()
     usable, _ = _usable(codes, library, allow_unsafe, rewrites)
     structural = [c for c in usable if c not in SEARCH_LAST]
     if any(c not in structural for c in winner.skeletons):
-        return None  # a launch-search or preview step: not composed further
+        return "it holds a launch-config search or preview step, which is not composed further"
     wanted = {step.skeleton: step.variant for step in winner.steps}
+    extras = [c for c in structural if c not in wanted and not _conflict(winner.skeletons + (c,), library)]
+    while True:
+        chain, blocked = _refined_chain(source, [c for c in structural if c in wanted or c in extras], wanted,
+                                        rewrites, options, library)
+        if blocked is None:
+            break
+        if not blocked:
+            return "its own variants do not reproduce on the original"
+        extras.remove(blocked[-1])  # the latest skeleton before the one that stopped applying
+    if set(chain.skeletons) == set(winner.skeletons):
+        return "no other structural skeleton applies on top of it"
+    return chain
+
+
+def _refined_chain(source, codes, wanted, rewrites, options, library) -> tuple[Candidate, list[str] | None]:
+    """Apply ``codes`` in order, a code in ``wanted`` with that variant only; (chain, None), or (partial chain,
+    the extra codes applied before the first wanted one that no longer produced its variant)."""
     chain = Candidate((), source, (), False)
-    for code in structural:
-        if _conflict(chain.skeletons + (code,), library):
-            continue
+    extra_applied: list[str] = []
+    for code in codes:
         applied = [v for v in rewrites[code](chain.source, options) if v.applied]
         if code in wanted:
             applied = [v for v in applied if v.variant == wanted[code]]
             if not applied:
-                return None  # the winner's variant does not exist on this chain
+                return chain, extra_applied
         if applied:
             v = applied[0]
             chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,), chain.unsafe or _unsafe(code, library))
-    if set(chain.skeletons) == set(winner.skeletons) or not set(winner.skeletons) <= set(chain.skeletons):
-        return None
-    return chain
+            if code not in wanted:
+                extra_applied.append(code)
+    return chain, None
 
 
 def _unsafe(code: str, library: Library) -> bool:

@@ -10,8 +10,10 @@ vectors (or one scalar): a contraction scales its small operand (``u * r``), an 
 its small operand (``a / r``), a store writes ``H * r[:, None]``, and the tile is scaled once
 after the loop. Per element and step that is three operations instead of four. A factor that
 leaves [1e-20, 1e20] (10^+-(20/n) when n factors can share the tile) is flushed into the tile at once
-(that step then decays the tile as written), so nothing over- or underflows where the original
-did not.
+(that step then decays the tile as written), so the tile and the factors stay within 1e+-20 of
+what the original holds. An operand scaled by a factor can still reach the subnormal range where the
+original's product did not (|u| below ~1e-18 against a factor near 1e-20): not for normalised q and
+k, and the gate's numerics see it where it happens.
 
 Unsafe: the products are formed in a different order (rounding differs in the last bits).
 """

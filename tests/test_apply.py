@@ -268,9 +268,13 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     p4 = "P=4,NS=1,num_warps=1,prefetch,num_stages=1"
     judged: list[str] = []
 
+    p2 = "P=2,NS=1,num_warps=2,prefetch,num_stages=1"
+
     def speedups(label: str) -> dict[str, float]:
         if p4 in label:  # the one-warp plan wins at T = 8; with SK014 on top it wins more
             return {"T1": 0.9, "T8": 1.55 if "SK014" in label else 1.5}
+        if label == f"SK002 [{p2}]":  # SK002's first plan alone wins T = 1: its composition is the first round's
+            return {"T1": 1.4, "T8": 1.3}
         return {"T1": 1.3, "T8": 1.3}
 
     def judge(cand, cand_path, binding, path, shape_set, device, diff, options):
@@ -291,8 +295,33 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     refined = f"SK001+SK002+SK014 [{p4}]"
     assert refined in judged and judged.index(refined) == len(judged) - 1  # judged after the first round
     assert f"SK002 [{p4}]" in judged and refined not in judged[:-1]
-    assert dict(result.winners)["T8-H16-HV32-K128-V128"] == refined
-    assert "SK002+SK014" in dict(result.winners)["T1-H16-HV32-K128-V128"]  # the first round's composition
+    assert dict(result.winners) == {"T8-H16-HV32-K128-V128": refined, "T1-H16-HV32-K128-V128": f"SK002 [{p2}]"}
+    # the T = 1 winner's composition is the first round's own: said, not judged twice
+    assert judged.count(f"SK001+SK002+SK014 [{p2}]") == 1
+    assert any("second round on SK002" in r and "judged in the first round" in r for _, r in result.skipped)
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     [entry] = [c for c in report["candidates"] if c["label"] == refined]
-    assert entry["accepted"] and f"second round, on SK002 [{p4}], the first round's winner for T8" in entry["reason"]
+    assert entry["accepted"] and entry["round"] == 2
+    assert f"second round, on SK002 [{p4}], the first round's winner for T8" in entry["reason"]
+    paths = [c["path"] for c in report["candidates"]]
+    assert len(set(paths)) == len(paths)  # a second-round file never overwrites a first-round one
+    text = Path(entry["path"]).read_text()
+    assert f"V tiles merged ({p4})" in text and "skel SK014" in text and "tl.rsqrt" in text
+    out = Path(result.output).read_text()  # the dispatch holds the refined T = 8 variant
+    assert f"V tiles merged ({p4})" in out and "skel SK014" in out and f"V tiles merged ({p2})" in out
+
+
+def test_second_round_leaves_out_a_skeleton_that_blocks_the_winner():
+    """SK002's prefetch leaves SK003 nothing to hoist: composed on top of an SK003 winner, SK002 is left
+    out rather than the whole second round; a winner that nothing can be added to says so."""
+    from skel.rewriter.base import RewriteOptions
+    from skel.rewriter.candidates import enumerate_candidates, refine
+
+    src = (KERNELS / "gdn_decode" / "kernel.py").read_text()
+    codes, lib, opts = ["SK001", "SK002", "SK003", "SK006", "SK014"], load_library(), RewriteOptions(max_variants=10)
+    cs = enumerate_candidates(src, codes, lib, opts, True, max_candidates=30)
+    by_label = {c.label: c for c in cs.candidates}
+    got = refine(src, by_label["SK003"], codes, lib, opts, True)
+    assert got.skeletons == ("SK001", "SK003", "SK006", "SK014")
+    full = next(c for c in cs.candidates if len(c.skeletons) > 1)  # the first round's composition
+    assert "no other structural skeleton" in refine(src, full, codes, lib, opts, True)
