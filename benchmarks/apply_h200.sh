@@ -58,6 +58,8 @@ for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gd
     gdn_default) run gdn_default "$GDN_SHAPES" /tmp/work/gdn_decode.py --no-record ;;
     kda_default) run kda_default "$KDA_SHAPES" /tmp/work/kda_decode.py --no-record ;;
     kda_upstream_default) run kda_upstream_default "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --no-record ;;
+    gdn_upstream_default) run gdn_upstream_default "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --no-record ;;
+    state_merge_default) run state_merge_default decode /tmp/work/state_merge.py --no-record ;;
     gdn_upstream_sk002) run gdn_upstream_sk002 "$GDN_SHAPES" /tmp/work/fla_gdn_decode.py --skeleton SK002 --no-record ;;
   esac
 done
