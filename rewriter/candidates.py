@@ -90,7 +90,7 @@ def enumerate_candidates(
     """Every single-skeleton rewrite, then compositions of the structural ones, then launch search on top."""
     rewrites = registry()
     out = CandidateSet()
-    usable, out.skipped[:0] = _usable(codes, library, allow_unsafe, rewrites)
+    usable, out.skipped = _usable(codes, library, allow_unsafe, rewrites)
     structural = [c for c in usable if c not in SEARCH_LAST]
     search = [c for c in usable if c in SEARCH_LAST]
     seen_sources = {source}
