@@ -11,7 +11,8 @@ DESCRIPTION = """\
 Profile the target, find the skeletons whose conditions hold, generate candidates (each
 skeleton alone, their composition along the skeleton graph, launch-config variants), and
 judge every candidate with the gate: numerics against the original kernel and a float64
-reference, then (GPU only) an interleaved CUDA-graph microbenchmark. The best candidate per
+reference, then (GPU only) an interleaved CUDA-graph microbenchmark, and a second round that
+composes the other skeletons on top of each shape bucket's winner. The best candidate per
 shape bucket is accepted; if different candidates win in different buckets the output holds
 all of them behind a dispatch on shape. The input is never overwritten unless --in-place
 (which keeps a .orig backup). Without a GPU, numerics run in Triton's interpreter and
@@ -33,7 +34,9 @@ def register(sub) -> None:
     p.add_argument("--shapes", help="shape set of the target's spec (default: ci on CPU, decode on GPU)")
     p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)) for a kernel skel does not recognise")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
-    p.add_argument("--max-candidates", type=int, default=16)
+    p.add_argument("--max-candidates", type=int, default=16,
+                   help="candidates judged in the first round (on a GPU, a second round adds at most one per shape "
+                   "bucket: the other skeletons composed on top of that bucket's winner, with its variants)")
     p.add_argument("--exhaustive", action="store_true", help="try every subset of the structural skeletons")
     p.add_argument("--report-dir", type=Path, help="default ./skel-report-<target stem>/")
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds one candidate step may run")
