@@ -16,7 +16,9 @@ the shared prologue. The rewrite
 Variants (``Rewrite.variant`` / ``params``) differ in P, NS, num_warps and prefetch; the
 defaults are the structures that won on the H200 (benchmarks/results/merge_tiles_probe.md),
 best first. The gate measures them per shape; ``options.extra`` ``sk002_variants`` (tuples
-``(P, NS, num_warps, prefetch)``) replaces them.
+``(P, NS, num_warps, prefetch[, num_stages])``) replaces them. `skel apply`'s first round composes
+other skeletons with the first plan only; its second round composes them with the plan that won
+each shape bucket alone (rewriter.candidates.refine).
 
 Skipped, with the reason, when: no tile offset on a program-id-derived index; the launch's
 tile covers the dimension (``BV = next_power_of_2(V)``: NV = 1); the tiles communicate
@@ -71,7 +73,8 @@ class Plan:
 # KDA T = 8, N = 64, speedup over fla-core 0.6.0: P=2/NS=1/2 warps 2.87x (91 % roofline at
 # T = 1, N = 64); P=1/NS=2/4 warps 2.18x; P=1/NS=1/4 warps 2.00x; GDN best P=4/2 warps.
 DEFAULT_PLANS = (
-    # First: compositions (SK001+SK002 without --exhaustive) take the first plan. On fla-core's KDA
+    # First: first-round compositions (SK001+SK002 without --exhaustive) take the first plan (the second
+    # round composes on whichever plan won a bucket alone). On fla-core's KDA
     # file (its loop is tl.range(..., num_stages=2)) this one won: 2.33x at T = 8, N = 64 with SK001.
     Plan(2, 1, 2, True, 1),
     # Not P=2 with 4 warps: the T = 1 probe's best per-head tile (t1_ceiling_probe.md) was 1-3 % slower
