@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Issue 5's "must show" on the H200, in one device call:
-#   upstream FLA KDA decode, the suite's kda_decode and gdn_decode through `skel apply`,
-#   and the rsqrt skeleton alone on the upstream file.
-# Run from the repo root on the GPU machine with .whl carried (fla-core and libcst wheels):
+# Issue 5's "must show" on the H200: upstream FLA KDA decode, the suite's kda_decode and gdn_decode
+# through zero-config `skel apply TARGET --unsafe` (every applicable skeleton, default budget, the
+# measured second round), fla-core's GDN file and state_merge likewise, and the rsqrt skeleton alone
+# on the upstream file. Run from the repo root on the GPU machine with .whl carried (fla-core and
+# libcst wheels):
 #   bash benchmarks/apply_h200.sh "$OUT"
+# The default shapes (N = 32, 64, 256 at T = 1 and 8) take longer than one 10-minute device call for
+# all jobs: split them with SKEL_BENCH_JOBS and narrow the shapes with SKEL_BENCH_{KDA,GDN}_SHAPES, as
+# benchmarks/results/apply_h200/README.md records per session. The older jobs (kda_upstream, gdn_suite,
+# ..., with skeleton filters and --exhaustive) stay for reproducing earlier sessions' tables.
 DEST=${1:-/tmp/out}   # one tarball lands here (the device tool returns few files)
 OUT=/tmp/skel-apply-results
 rm -rf "$OUT"; mkdir -p "$OUT" "$DEST"
@@ -33,7 +38,7 @@ run() {  # name, shapes, target, extra args...
   tar czf "$DEST/apply_h200.tgz" -C "$OUT" .  # after every job: a run cut short still returns its results
 }
 STRUCT="--skeleton SK001 --skeleton SK002 --exhaustive"
-for job in ${SKEL_BENCH_JOBS:-rsqrt_upstream kda_upstream kda_suite gdn_suite gdn_upstream}; do
+for job in ${SKEL_BENCH_JOBS:-kda_upstream_default kda_default gdn_default gdn_upstream_default state_merge_default rsqrt_upstream}; do
   case $job in
     rsqrt_upstream) run rsqrt_upstream "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --no-record ;;
     kda_upstream_stages) run kda_upstream_stages "$KDA_SHAPES" /tmp/work/fla_kda_decode.py --skeleton SK001 --skeleton SK002 ;;
