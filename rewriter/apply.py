@@ -167,19 +167,22 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
     work = report_dir / "candidates"  # every candidate file stays beside the report, for a person to read
     work.mkdir(parents=True, exist_ok=True)
-    outcomes: list[CandidateOutcome] = []
-    for i, cand in enumerate(cset.candidates, 1):
+
+    def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
+        """Write the candidate's file (kept beside the report) and run the gate on it, with progress."""
         diff = unified_diff(source, cand.source, path.name)
-        cand_path = work / f"candidate_{i:02d}.py"
+        cand_path = work / f"candidate_{number:02d}.py"
         cand_path.write_text(cand.source, encoding="utf-8")
         if options.dry_run:
-            outcomes.append(CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
-                                             cand.unsafe, diff, cand.params, None, str(cand_path)))
-            continue
-        progress(f"[{i}/{len(cset.candidates)}] gate: {cand.label}")
+            return CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
+                                    cand.unsafe, diff, cand.params, None, str(cand_path))
+        progress(f"[{step}] gate: {cand.label}")
         started = time.monotonic()
-        outcomes.append(_judge(cand, cand_path, binding, path, shape_set, device, diff, options))
-        progress(f"[{i}/{len(cset.candidates)}] {outcomes[-1].reason} ({time.monotonic() - started:.0f} s)")
+        outcome = _judge(cand, cand_path, binding, path, shape_set, device, diff, options)
+        progress(f"[{step}] {outcome.reason} ({time.monotonic() - started:.0f} s)")
+        return outcome
+
+    outcomes = [judge(cand, i, f"{i}/{len(cset.candidates)}") for i, cand in enumerate(cset.candidates, 1)]
     perf_measured = device == "cuda" and not options.dry_run
     precision_only = frozenset(o.label for o in outcomes
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
@@ -187,14 +190,8 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only,
                           skipped)
         for k, (cand, origin) in enumerate(refined, 1):
-            cand_path = work / f"candidate_{len(outcomes) + 1:02d}.py"
-            cand_path.write_text(cand.source, encoding="utf-8")
-            progress(f"[second round {k}/{len(refined)}] gate: {cand.label}")
-            started = time.monotonic()
-            judged = _judge(cand, cand_path, binding, path, shape_set, device,
-                            unified_diff(source, cand.source, path.name), options)
+            judged = judge(cand, len(outcomes) + 1, f"second round {k}/{len(refined)}")
             outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}", round=2))
-            progress(f"[second round {k}/{len(refined)}] {judged.reason} ({time.monotonic() - started:.0f} s)")
     winners, outcomes = choose_winners(outcomes, perf_measured, precision_only)
     output = None
     notes: list[str] = []
