@@ -186,8 +186,8 @@ def refine(source: str, winner: Candidate, codes: list[str], library: Library, o
     wanted = {step.skeleton: step.variant for step in winner.steps}
     extras = [c for c in structural if c not in wanted and not _conflict(winner.skeletons + (c,), library)]
     while True:
-        chain, blocked = _refined_chain(source, [c for c in structural if c in wanted or c in extras], wanted,
-                                        rewrites, options, library)
+        chain, blocked = _chain(source, [c for c in structural if c in wanted or c in extras], rewrites, options,
+                                library, wanted)
         if blocked is None:
             break
         if not blocked:
@@ -198,22 +198,26 @@ def refine(source: str, winner: Candidate, codes: list[str], library: Library, o
     return chain
 
 
-def _refined_chain(source, codes, wanted, rewrites, options, library) -> tuple[Candidate, list[str] | None]:
-    """Apply ``codes`` in order, a code in ``wanted`` with that variant only; (chain, None), or (partial chain,
-    the extra codes applied before the first wanted one that no longer produced its variant)."""
+def _chain(source, codes, rewrites, options, library, wanted=None) -> tuple[Candidate, list[str] | None]:
+    """Apply every code that applies and does not conflict with the chain so far, in order, taking its first
+    variant, or for a code in ``wanted`` that variant only. (chain, None); or (partial chain, the other codes
+    applied before the first wanted one that no longer produced its variant)."""
+    wanted = wanted or {}
     chain = Candidate((), source, (), False)
-    extra_applied: list[str] = []
+    others: list[str] = []
     for code in codes:
+        if _conflict(chain.skeletons + (code,), library):
+            continue
         applied = [v for v in rewrites[code](chain.source, options) if v.applied]
         if code in wanted:
             applied = [v for v in applied if v.variant == wanted[code]]
             if not applied:
-                return chain, extra_applied
+                return chain, others
         if applied:
             v = applied[0]
             chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,), chain.unsafe or _unsafe(code, library))
             if code not in wanted:
-                extra_applied.append(code)
+                others.append(code)
     return chain, None
 
 
@@ -243,13 +247,5 @@ def _apply_chain(source, combo, rewrites, options, library) -> list[Candidate] |
 
 def _greedy_chain(source, codes, rewrites, options, library) -> list[Candidate]:
     """Apply every code that still applies, in order, taking the first variant of each."""
-    chain = Candidate((), source, (), False)
-    for code in codes:
-        if _conflict(chain.skeletons + (code,), library):
-            continue
-        applied = [v for v in rewrites[code](chain.source, options) if v.applied]
-        if applied:
-            v = applied[0]
-            chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,),
-                              chain.unsafe or _unsafe(code, library))
+    chain, _ = _chain(source, codes, rewrites, options, library)
     return [chain] if len(chain.skeletons) > 1 else []
