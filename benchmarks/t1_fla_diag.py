@@ -100,14 +100,6 @@ def gen(out: Path, fla_root: Path) -> int:
     return 0
 
 
-def _fla_args(x: dict) -> dict:
-    d = dict(x)
-    d["initial_state"] = d.pop("state")
-    d.update(scale=x["q"].shape[-1] ** -0.5, inplace_final_state=True, use_qk_l2norm_in_kernel=True,
-             use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
-    return d
-
-
 def run(d: Path) -> int:
     import torch
 
@@ -123,7 +115,8 @@ def run(d: Path) -> int:
         sys.modules[mod] = m
         m.__spec__.loader.exec_module(m)
         if path.stem.startswith("fla"):  # the suite's inputs, called the way fla_upstream's harness calls the file
-            calls[path.stem] = (lambda f: lambda x: f(**_fla_args(x)))(getattr(m, fla_upstream.SPEC.entry))
+            entry = getattr(m, fla_upstream.SPEC.entry)
+            calls[path.stem] = (lambda f: lambda x: f(**fla_upstream.as_fla_call(x)))(entry)
         else:
             calls[path.stem] = (lambda f: lambda x: f(**x))(getattr(m, spec.SPEC.entry))
     calls["copy_p2w2"] = lambda x: P.copy_call(2, 2)({"state": x["state"]})

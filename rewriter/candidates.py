@@ -215,7 +215,8 @@ def _chain(source, codes, rewrites, options, library, wanted=None) -> tuple[Cand
                 return chain, others
         if applied:
             v = applied[0]
-            chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,), chain.unsafe or _unsafe(code, library))
+            chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,),
+                              chain.unsafe or _unsafe(code, library))
             if code not in wanted:
                 others.append(code)
     return chain, None

@@ -14,10 +14,16 @@ from skel.kernels.kda_decode.spec import SPEC as FAMILY
 
 
 def make_inputs(shape, dtype, seed, device) -> dict:
-    inputs = FAMILY.make_inputs(shape, dtype, seed, device)
+    return as_fla_call(FAMILY.make_inputs(shape, dtype, seed, device))
+
+
+def as_fla_call(inputs: dict) -> dict:
+    """The family's inputs as `fused_recurrent_kda_fwd`'s keyword arguments, called the way serving stacks
+    call it (the state updated in place; gate, beta sigmoid and q/k L2 norm in the kernel)."""
+    inputs = dict(inputs)
     inputs["initial_state"] = inputs.pop("state")
     inputs.update(
-        scale=shape["K"] ** -0.5,
+        scale=inputs["q"].shape[-1] ** -0.5,
         inplace_final_state=True,
         use_qk_l2norm_in_kernel=True,
         use_gate_in_kernel=True,
