@@ -15,7 +15,7 @@ from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
 from skel.rewriter.sk002_merge_tiles import merge_tiles
 from skel.rewriter.sk014_lazy_decay import rewrite as lazy
 
-from test_merge_tiles import ROOT, _close, _fla, _kda_inputs, _load, _run_project, fla_gdn_kwargs, fla_kda_kwargs
+from test_merge_tiles import ROOT, _close, _fla, _kda_inputs, _load, _run_project, check_fla_file
 from test_rewrites import assert_contract
 
 
@@ -80,14 +80,7 @@ def test_upstream_kda_matches_original(fla_corpus, tmp_path):
 
     src = (fla_corpus / "fla/ops/kda/fused_recurrent.py").read_text()
     for label, new_src in (("alone", _lazy(src)), ("on_sk002", _lazy(_sk002(src, (2, 1, 2, True))))):
-        new = _load(new_src, tmp_path, f"fla_kda_{label}")
-        for T in (1, 3):
-            x = _kda_inputs(2, T, 2, 4, 32, 64, seed=40 + T)
-            kw = fla_kda_kwargs(x, 32)
-            o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
-            o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
-            _close(o1, o0, f"fla kda {label} T={T} output")
-            _close(s1, s0, f"fla kda {label} T={T} state")
+        check_fla_file(up, _load(new_src, tmp_path, f"fla_kda_{label}"), "kda", 40, f"fla kda {label}")
 
 
 def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
@@ -95,14 +88,7 @@ def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
     import fla.ops.gated_delta_rule.fused_recurrent as up
 
     src = (fla_corpus / "fla/ops/gated_delta_rule/fused_recurrent.py").read_text()
-    new = _load(_lazy(src), tmp_path, "fla_gdn_lazy")
-    for T in (1, 3):
-        x = _kda_inputs(2, T, 2, 4, 32, 32, seed=50 + T, gate_per_k=False)
-        kw = fla_gdn_kwargs(x, 32)
-        o0, s0 = up.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
-        o1, s1 = new.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
-        _close(o1, o0, f"fla gdn T={T} output")
-        _close(s1, s0, f"fla gdn T={T} state")
+    check_fla_file(up, _load(_lazy(src), tmp_path, "fla_gdn_lazy"), "gdn", 50, "fla gdn")
 
 
 KERNEL = '''

@@ -209,6 +209,20 @@ def fla_gdn_kwargs(x: dict, K: int) -> dict:
                 scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True)
 
 
+def check_fla_file(up, new, family: str, seed: int, label: str) -> None:
+    """fla-core's KDA ("kda") or GDN ("gdn") entry of the original module against the rewritten one, at
+    T = 1 and 3: outputs and final states."""
+    kda = family == "kda"
+    entry = "fused_recurrent_kda_fwd" if kda else "fused_recurrent_gated_delta_rule_fwd"
+    for T in (1, 3):
+        x = _kda_inputs(2, T, 2, 4, 32, 64 if kda else 32, seed=seed + T, gate_per_k=kda)
+        kw = (fla_kda_kwargs if kda else fla_gdn_kwargs)(x, 32)
+        o0, s0 = getattr(up, entry)(initial_state=x["state"].clone(), **kw)
+        o1, s1 = getattr(new, entry)(initial_state=x["state"].clone(), **kw)
+        _close(o1, o0, f"{label} T={T} output")
+        _close(s1, s0, f"{label} T={T} state")
+
+
 def test_upstream_kda_matches_original(fla_corpus, tmp_path):
     _fla(fla_corpus)
     import fla.ops.kda.fused_recurrent as up
@@ -216,13 +230,7 @@ def test_upstream_kda_matches_original(fla_corpus, tmp_path):
     src = (fla_corpus / "fla/ops/kda/fused_recurrent.py").read_text()
     for plan in [(1, 2, 4, True), (2, 1, 2, True)]:
         new = _load(_rewrite(src, plan), tmp_path, "fla_kda_sk002")
-        for T in (1, 3):
-            x = _kda_inputs(2, T, 2, 4, 32, 64, seed=20 + T)
-            kw = fla_kda_kwargs(x, 32)
-            o0, s0 = up.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
-            o1, s1 = new.fused_recurrent_kda_fwd(initial_state=x["state"].clone(), **kw)
-            _close(o1, o0, f"fla kda {plan} T={T} output")
-            _close(s1, s0, f"fla kda {plan} T={T} state")
+        check_fla_file(up, new, "kda", 20, f"fla kda {plan}")
 
 
 def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
@@ -232,13 +240,7 @@ def test_upstream_gdn_matches_original(fla_corpus, tmp_path):
     src = (fla_corpus / "fla/ops/gated_delta_rule/fused_recurrent.py").read_text()
     for plan in [(1, 2, 4, True), (2, 1, 2, True)]:
         new = _load(_rewrite(src, plan), tmp_path, "fla_gdn_sk002")
-        for T in (1, 3):
-            x = _kda_inputs(2, T, 2, 4, 32, 32, seed=30 + T, gate_per_k=False)
-            kw = fla_gdn_kwargs(x, 32)
-            o0, s0 = up.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
-            o1, s1 = new.fused_recurrent_gated_delta_rule_fwd(initial_state=x["state"].clone(), **kw)
-            _close(o1, o0, f"fla gdn {plan} T={T} output")
-            _close(s1, s0, f"fla gdn {plan} T={T} state")
+        check_fla_file(up, new, "gdn", 30, f"fla gdn {plan}")
 
 
 def test_other_fla_kernels_with_tuple_assigned_tiles_match_original(fla_corpus, tmp_path):
