@@ -13,7 +13,8 @@ over rotated input sets, median over replays, variants interleaved):
 
     python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU, one set per call:
         ceil (call 1), fuse (2), pipe (3), abl (4: stages left out, cache hints, register caps),
-        order (5), pdl (6), warp (7), chunk (8), pref (9), held (10), defer (11); results in benchmarks/results/t1_ceiling_probe.md
+        order (5), pdl (6), warp (7), chunk (8), pref (9), held (10), defer (11), flat (12, with
+        --min-calls 8); results in benchmarks/results/t1_ceiling_probe.md
     python benchmarks/t1_ceiling_probe.py --once abl_p2w4 --n 32   # five eager launches, for ncu (t1_ncu.sh)
     TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
 """
@@ -288,6 +289,26 @@ def state_copy(state, NWORK, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
 
 
 @triton.jit
+def flat_copy(state, BLOCK: tl.constexpr):
+    """Call 12's control: the in-place copy as torch's elementwise kernels cut it, BLOCK consecutive
+    elements per program whatever the tile structure (no program holds a K x BV column block)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(state + offs, tl.load(state + offs) + 0.5)
+
+
+@triton.jit
+def state_copy_swz(state, NH, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+    """Call 12: the per-tile copy with the V tile as the slow grid index, so programs launched together
+    read the same column half of many heads instead of both halves of one head's rows."""
+    NV: tl.constexpr = V // BV
+    w = tl.program_id(0).to(tl.int64)
+    o_k = tl.arange(0, K)
+    o_v = (w // NH) * BV + tl.arange(0, BV)
+    p_s = state + (w % NH) * K * V + o_k[:, None] * V + o_v[None, :]
+    tl.store(p_s, tl.load(p_s) + 0.5)
+
+
+@triton.jit
 def state_copy_held(state, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
     """Call 10's control: the in-place copy, but the whole tile is held in registers until a reduction
     across it is done (as the KDA step must), so registers, not the copy, bound the bytes in flight."""
@@ -389,6 +410,20 @@ def held_call(P, W):
     return call
 
 
+def flat_call(block, W):
+    def call(x):
+        n = x["state"].numel()
+        flat_copy[(n // block,)](x["state"], BLOCK=block, num_warps=W, num_stages=1)
+    return call
+
+
+def swz_call(P, W):
+    def call(x):
+        nh = x["state"].shape[0] * HV
+        state_copy_swz[(nh * P,)](x["state"], nh, K=K, V=V, BV=V // P, num_warps=W, num_stages=1)
+    return call
+
+
 def torch_copy(x):
     if x["dst"] is None:
         x["dst"] = torch.empty_like(x["state"])
@@ -479,13 +514,25 @@ for _p, _w in ((2, 4), (4, 2), (2, 2), (4, 1)):
     DEFER[f"abl_p{_p}w{_w}"] = abl_call(_p, _w)
     DEFER[f"abl_p{_p}w{_w}_d5"] = abl_call(_p, _w, mode=5)
     DEFER[f"abl_p{_p}w{_w}_d5f1"] = abl_call(_p, _w, mode=5, fuse=1)
+# Call 12 (--set flat --min-calls 8): is the step's grid the ceiling? Torch's in-place pass and Triton
+# flat copies of BLOCK consecutive elements (4 to 64 KB per program) against in-place copies through
+# per-(sequence, head, V tile) grids of every tile shape SK002 plans (P programs per head, W warps), and
+# the P = 2 grid with the V tile as the slow index (_swz).
+FLAT = {"torch_inplace": torch_inplace}
+for _b, _w in ((1024, 4), (2048, 4), (4096, 4), (8192, 4), (8192, 8), (16384, 8)):
+    FLAT[f"flat_b{_b}w{_w}"] = flat_call(_b, _w)
+for _p, _w in ((1, 4), (1, 8), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)):
+    FLAT[f"cpy_p{_p}w{_w}"] = copy_call(_p, _w)
+FLAT["held_p2w2"] = held_call(2, 2)
+FLAT["cpy_p2w2_swz"] = swz_call(2, 2)
 SETS = {"ceil": (CEIL, [(32, 1), (64, 1), (256, 1)]), "fuse": (FUSED, [(32, 1), (64, 1), (256, 1), (64, 8)]),
         "pipe": (PIPE, [(32, 1), (64, 1)]), "abl": (ABL, [(32, 1), (64, 1), (256, 1)]),
         "order": (ORDER, [(32, 1), (64, 1), (256, 1)]),
         "pdl": (PDLSET, [(32, 1), (64, 1), (256, 1)]), "warp": (WARP, [(32, 1), (64, 1), (256, 1)]),
         "chunk": (CHUNK, [(32, 1), (64, 1), (256, 1)]), "pref": (PREFSET, [(32, 1), (64, 1), (256, 1)]),
-        "held": (HELD, [(32, 1), (64, 1), (256, 1)]), "defer": (DEFER, [(32, 1), (64, 1), (256, 1)])}
-VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET, **HELD, **DEFER}
+        "held": (HELD, [(32, 1), (64, 1), (256, 1)]), "defer": (DEFER, [(32, 1), (64, 1), (256, 1)]),
+        "flat": (FLAT, [(32, 1), (64, 1), (256, 1)])}
+VARIANTS = {**CEIL, **FUSED, **PIPE, **ABL, **ORDER, **PDLSET, **WARP, **CHUNK, **PREFSET, **HELD, **DEFER, **FLAT}
 
 
 def reference(x, T):
@@ -538,24 +585,29 @@ def roof_bytes(N, T) -> int:
     return 2 * N * HV * K * V * 4 + 2 * N * T * (2 * H * K + HV * V + HV * K + HV * V + HV)
 
 
-def time_shape(N, T, names, reps):
+def time_shape(N, T, names, reps, min_calls=0):
     R = G.rotation(N * HV * K * V * 4)
-    return G.median_us(torch, {n: VARIANTS[n] for n in names}, lambda i: inputs(N, T, "cuda", 100 + i), R, reps), R
+    rounds = max(1, -(-min_calls // R))
+    return G.median_us(torch, {n: VARIANTS[n] for n in names}, lambda i: inputs(N, T, "cuda", 100 + i), R, reps,
+                       rounds), R * rounds
 
 
-def gpu(out_dir, reps, set_name) -> int:
+def gpu(out_dir, reps, set_name, min_calls=0) -> int:
     bad = check("cuda", SETS[set_name][0])
     bw = G.copy_bandwidth(torch)
+    best = G.copy_bandwidth(torch, best=True)
     variants, shapes = SETS[set_name]
-    head = G.header(torch, triton, bw, reps, f"SMs {sms()}, ")
+    head = G.header(torch, triton, bw, reps, f"SMs {sms()}, best copy {best / 1e12:.3f} TB/s, calls per graph >= "
+                                            f"{min_calls or 'R'}, ")
     print(head, flush=True)
     rows = {}
     for N, T in shapes:
-        med, R = time_shape(N, T, list(variants), reps)
+        med, R = time_shape(N, T, list(variants), reps, min_calls)
         for n, us in med.items():
             pct = roof_bytes(N, T) / bw / (us * 1e-6) * 100
             rows.setdefault(n, {})[f"N{N}T{T}"] = (us, pct)
-            print(f"N={N} T={T} R={R} {n:18s} {us:8.1f} us {pct:5.1f} %", flush=True)
+            print(f"N={N} T={T} calls/graph={R} {n:18s} {us:8.1f} us {pct:5.1f} % of the median copy, "
+                  f"{roof_bytes(N, T) / best / (us * 1e-6) * 100:5.1f} % of the best", flush=True)
     text = G.table("T = 1 ceiling probe", head, rows, [f"N{N}T{T}" for N, T in shapes], [f"N{N} T{T}" for N, T in shapes])
     print(text)
     G.save(out_dir, "t1_ceiling_probe", head, rows, text)
@@ -567,6 +619,8 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--set", default="fuse", choices=sorted(SETS), help="the variant set: one per probe call (see the module docstring)")
+    ap.add_argument("--min-calls", type=int, default=0,
+                    help="calls per CUDA graph, the input sets cycled (the gate uses 8; 0: one call per set, calls 1-11)")
     ap.add_argument("--cpu-check", action="store_true")
     ap.add_argument("--once", default="", help="run this variant 5 times eagerly at N = --n, T = 1 (for ncu)")
     ap.add_argument("--n", type=int, default=32)
@@ -579,7 +633,7 @@ def main() -> int:
         return 0
     if a.cpu_check:
         return 1 if check("cpu") else 0
-    return gpu(a.out, a.reps, a.set)
+    return gpu(a.out, a.reps, a.set, a.min_calls)
 
 
 if __name__ == "__main__":

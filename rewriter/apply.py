@@ -167,6 +167,9 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
     work = report_dir / "candidates"  # every candidate file stays beside the report, for a person to read
     work.mkdir(parents=True, exist_ok=True)
+    # The roofline's rates (copy bandwidth, matmul rate): measured by the first timed candidate's worker and
+    # reused by the others, so every "% of roofline" in one report has one denominator.
+    machine = None
 
     def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
         """Write the candidate's file (kept beside the report) and run the gate on it, with progress."""
@@ -178,7 +181,8 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
                                     cand.unsafe, diff, cand.params, None, str(cand_path))
         progress(f"[{step}] gate: {cand.label}")
         started = time.monotonic()
-        outcome = _judge(cand, cand_path, binding, path, shape_set, device, diff, options)
+        nonlocal machine
+        outcome, machine = _judge(cand, cand_path, binding, path, shape_set, device, diff, options, machine)
         progress(f"[{step}] {outcome.reason} ({time.monotonic() - started:.0f} s)")
         return outcome
 
@@ -280,15 +284,17 @@ def unified_diff(before: str, after: str, name: str) -> str:
 
 
 def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Path, shape_set: str,
-           device: str, diff: str, options: ApplyOptions) -> CandidateOutcome:
+           device: str, diff: str, options: ApplyOptions, machine=None):
+    """The gate's verdict on one candidate, and the machine rates its roofline used (``machine`` when given,
+    else what the worker measured; None when nothing was timed)."""
     from skel.validate.gate import GateInputError, validate
 
     try:
         result = validate(target, cand_path, spec=binding.spec, entry=binding.entry, shapes=_shape_arg(shape_set),
-                          device=device, time_limit=options.time_limit, require="correct")
+                          device=device, time_limit=options.time_limit, require="correct", machine=machine)
     except GateInputError as exc:
         return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {exc}",
-                                cand.unsafe, diff, cand.params, None, str(cand_path))
+                                cand.unsafe, diff, cand.params, None, str(cand_path)), machine
     numerics = all(s.numerics is not None and s.numerics.passed for s in result.shapes)
     if result.error:
         reason = f"gate error: {result.error}"
@@ -300,7 +306,7 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
         faster, slower = result.faster_at, result.slower_at
         reason = f"numerics passed; faster at {len(faster)}, slower at {len(slower)} of {len(result.shapes)} shapes"
     return CandidateOutcome(cand.skeletons, cand.label, False, numerics, reason, cand.unsafe, diff, cand.params,
-                            result.to_dict(), str(cand_path))
+                            result.to_dict(), str(cand_path)), result.machine or machine
 
 
 def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options,

@@ -20,12 +20,27 @@ def write_report(result, folder: Path) -> Path:
     return md
 
 
+def _rates(data: dict) -> list[tuple[float, float]]:
+    """The distinct (copy GB/s, matmul TFLOP/s) the timed candidates' rooflines used, in order."""
+    seen: dict[tuple[float, float], None] = {}
+    for c in data["candidates"]:
+        for s in (c["gate"] or {}).get("shapes", ()):
+            p = s.get("perf")
+            if p and p.get("copy_gbps"):
+                seen[(p["copy_gbps"], p.get("matmul_tflops", 0.0))] = None
+    return list(seen)
+
+
 def render_markdown(data: dict, plot: str | None) -> str:
     b = data["binding"]
     out = [f"# skel apply: {Path(data['target']).name}", "",
            f"- target: `{data['target']}` ({b['how']})",
            f"- device: {data['device']}; performance {'measured' if data['perf_measured'] else 'not measured'}",
            f"- output: {('`' + data['output'] + '`') if data['output'] else 'none (nothing accepted)'}"]
+    rates = _rates(data)
+    if rates:
+        out.append("- roofline: " + "; ".join(f"copy {c / 1e3:.3f} TB/s (best of 20 copies of 1 GiB), matmul {m:.0f} TFLOP/s"
+                                              for c, m in rates) + (" (measured once for this run)" if len(rates) == 1 else ""))
     out += [f"- note: {n}" for n in data["notes"]]
     if data["winners"]:
         out += ["", "## Accepted", "", "| shape bucket | variant |", "| --- | --- |"]

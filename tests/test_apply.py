@@ -277,14 +277,17 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
             return {"T1": 1.4, "T8": 1.3}
         return {"T1": 1.3, "T8": 1.3}
 
-    def judge(cand, cand_path, binding, path, shape_set, device, diff, options):
+    machines = []  # the roofline rates each judgement was given
+
+    def judge(cand, cand_path, binding, path, shape_set, device, diff, options, machine=None):
         judged.append(cand.label)
+        machines.append(machine)
         shapes = [dataclasses.asdict(ShapeVerdict(f"N64-{t}-H16-HV32-K128-V128", None, PerfResult(
             Timing(100.0, 99.0, 101.0, 40), Timing(100.0 / x, 99.0 / x, 101.0 / x, 40), x, x - 0.01, x + 0.01,
             "faster" if x > 1.02 else "slower" if x < 0.98 else "within noise", 1 << 27, 0, 4.2e3, 0.0,
             60.0, 60.0 * x, 2, 8), "")) for t, x in speedups(cand.label).items()]
         return A.CandidateOutcome(cand.skeletons, cand.label, False, True, "numerics passed", cand.unsafe, diff,
-                                  cand.params, {"shapes": shapes}, str(cand_path))
+                                  cand.params, {"shapes": shapes}, str(cand_path)), machine or f"rates of {cand.label}"
 
     monkeypatch.setattr(A, "_judge", judge)
     monkeypatch.setattr(A, "_dispatch_check", lambda *a, **k: (lambda text: None))
@@ -298,6 +301,10 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     assert dict(result.winners) == {"T8-H16-HV32-K128-V128": refined, "T1-H16-HV32-K128-V128": f"SK002 [{p2}]"}
     # the T = 1 winner's composition is the first round's own: said, not judged twice
     assert judged.count(f"SK001+SK002+SK014 [{p2}]") == 1
+    # one roofline per run: the first candidate's worker measures the machine, every later one reuses it
+    assert machines[0] is None and set(machines[1:]) == {f"rates of {judged[0]}"}
+    assert "- roofline: copy 4.200 TB/s (best of 20 copies of 1 GiB), matmul 0 TFLOP/s (measured once for this run)" \
+        in (tmp_path / "r" / "report.md").read_text()
     assert any("second round on SK002" in r and "judged in the first round" in r for _, r in result.skipped)
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     [entry] = [c for c in report["candidates"] if c["label"] == refined]

@@ -43,6 +43,7 @@ def validate(
     spec: str | Path | None = None,
     entry: str | None = None,
     fail_fast: bool = True,
+    machine=None,
 ) -> GateResult:
     """Judge ``candidate`` (a .py file with the target's launcher) against ``target``.
 
@@ -58,6 +59,8 @@ def validate(
     bench: a bench.BenchConfig (GPU timing); default BenchConfig(); False to skip timing.
     require: "correct" (numerics only), "not-slower" (no shape measurably slower) or
         "faster" (measurably faster at some shape and slower at none).
+    machine: a bench.Machine (copy bandwidth, matmul rate) for the roofline, so that the candidates of
+        one run share one denominator; default: the worker measures it (GateResult.machine returns it).
     Raises GateInputError for an unknown target, spec, shape set or a missing candidate file.
     """
     if require not in REQUIRE:
@@ -87,11 +90,11 @@ def validate(
     request = Request(
         kernel=str(ref.kernel), spec=str(ref.spec), candidate=str(cand),
         entry=entry or target_spec.entry, shapes=tuple(s.label for s in shape_list), seeds=seeds,
-        dtype=dtype, device=device, bench=bench or None, fail_fast=fail_fast,
+        dtype=dtype, device=device, bench=bench or None, fail_fast=fail_fast, machine=machine,
     )
     if total_time_limit is None:  # a safety net for hangs outside candidate code (the original, the reference)
         total_time_limit = max(600.0, 30.0 * len(shape_list) * len(seeds))
-    verdicts, rejection, error = _run_worker(request, time_limit, total_time_limit)
+    verdicts, rejection, error, measured = _run_worker(request, time_limit, total_time_limit)
     shapes_out = tuple(
         verdicts.get(s.label) or ShapeVerdict(s.label, None, None, "not run: the candidate was rejected earlier")
         for s in shape_list
@@ -100,7 +103,7 @@ def validate(
     return GateResult(
         accepted=not reasons, reasons=tuple(reasons), shapes=shapes_out, family=target_spec.family,
         target=str(ref.kernel), candidate=str(cand), dtype=dtype, device=device, shape_set=set_name,
-        seeds=seeds, error=error,
+        seeds=seeds, error=error, machine=measured or (machine if any(s.perf for s in shapes_out) else None),
     )
 
 
@@ -176,7 +179,7 @@ def _context():
 
 
 def _run_worker(request, time_limit: float, total_time_limit: float | None):
-    """Returns (verdicts by shape label, rejection or None, error or None)."""
+    """Returns (verdicts by shape label, rejection or None, error or None, the machine the worker measured or None)."""
     from skel.validate.worker import main
 
     ctx = _context()
@@ -190,6 +193,7 @@ def _run_worker(request, time_limit: float, total_time_limit: float | None):
     verdicts: dict[str, ShapeVerdict] = {}
     perf: dict[str, tuple[PerfResult | None, str]] = {}
     outcome = None
+    machine = None
     doing = "starting the worker"
     in_candidate = False
     call_deadline = None
@@ -203,7 +207,7 @@ def _run_worker(request, time_limit: float, total_time_limit: float | None):
                 proc.join()
                 limit = time_limit if call_deadline is not None and call_deadline <= time.monotonic() else total_time_limit
                 what = f"the candidate timed out: no progress for {limit:g} s while {doing}"
-                return _merge(verdicts, perf), what if in_candidate else None, None if in_candidate else what
+                return _merge(verdicts, perf), what if in_candidate else None, None if in_candidate else what, machine
             if not receiver.poll(min(wait, 1.0)):
                 if not proc.is_alive() and not receiver.poll(0.1):
                     break
@@ -223,6 +227,8 @@ def _run_worker(request, time_limit: float, total_time_limit: float | None):
                 verdicts[payload.shape] = payload
             elif kind == "perf":
                 perf[payload[0]] = (payload[1], payload[2])
+            elif kind == "machine":
+                machine = payload
             elif kind == "result":
                 outcome = payload
         proc.join(timeout=30)
@@ -234,11 +240,11 @@ def _run_worker(request, time_limit: float, total_time_limit: float | None):
                 how = f"ended the worker process (exit status {code}) without a verdict"
             what = f"the candidate {how} while {doing}{_last_words(log_path)}"
             if in_candidate:
-                return _merge(verdicts, perf), what, None
-            return _merge(verdicts, perf), None, f"the gate's worker died while {doing} ({how.split(' ', 1)[1]})"
+                return _merge(verdicts, perf), what, None, machine
+            return _merge(verdicts, perf), None, f"the gate's worker died while {doing} ({how.split(' ', 1)[1]})", machine
         if outcome.internal:
             raise RuntimeError(f"internal error in the gate worker:\n{outcome.internal}")
-        return _merge(verdicts, perf), outcome.rejection, outcome.error
+        return _merge(verdicts, perf), outcome.rejection, outcome.error, machine
     finally:
         if proc.is_alive():
             proc.kill()

@@ -97,6 +97,7 @@ class GateResult:
     shape_set: str
     seeds: tuple[int, ...]
     error: str | None = None
+    machine: object | None = None  # bench.Machine the roofline used (None: nothing was timed)
 
     @property
     def faster_at(self) -> tuple[str, ...]:

@@ -5,7 +5,8 @@ Everything that executes candidate code runs here, in a process of its own, so a
 that hangs, aborts or segfaults takes down only this process. Messages sent to the parent:
 ("stage", text), ("call", text) before and ("done", "") after each stretch of candidate code
 (the parent times those against the per-call limit), ("shape", ShapeVerdict) as each shape
-is judged, and finally ("result", Outcome).
+is judged, ("machine", Machine) when it measured the roofline's rates itself, and finally
+("result", Outcome).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class Request:
     bench: object | None  # BenchConfig, or None to skip timing
     fail_fast: bool = True
     log: str = os.devnull  # where the worker's stdout/stderr go (candidates may print)
+    machine: object | None = None  # bench.Machine: the roofline's rates, measured by an earlier worker; None: measure
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,11 @@ def _run(request: Request, send) -> Outcome:
 def _benchmark(request: Request, spec, shapes, original, candidate, send) -> None:
     from skel.validate.bench import benchmark_shape, measure_machine
 
-    send("stage", "measuring copy bandwidth and matmul rate")
-    machine = measure_machine()
+    machine = request.machine
+    if machine is None:
+        send("stage", "measuring copy bandwidth and matmul rate")
+        machine = measure_machine()
+        send("machine", machine)
     for shape in shapes:
         send("call", f"benchmarking {shape.label}")
         try:
