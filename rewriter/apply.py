@@ -89,6 +89,7 @@ class ApplyResult:
     output: str | None
     report: str | None
     notes: tuple[str, ...] = ()
+    runoffs: tuple = ()  # select.Runoff: head-to-heads between close qualifiers of a bucket
 
     def to_json(self) -> dict:
         return {
@@ -108,6 +109,7 @@ class ApplyResult:
             "output": self.output,
             "report": self.report,
             "notes": list(self.notes),
+            "runoffs": [r.to_json() for r in self.runoffs],
         }
 
 
@@ -196,7 +198,9 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         for k, (cand, origin) in enumerate(refined, 1):
             judged = judge(cand, len(outcomes) + 1, f"second round {k}/{len(refined)}")
             outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}", round=2))
-    winners, outcomes = choose_winners(outcomes, perf_measured, precision_only)
+    runoffs: list = []
+    runoff = _runoff(binding, device, options, progress, lambda: machine) if perf_measured else None
+    winners, outcomes = choose_winners(outcomes, perf_measured, precision_only, runoff, runoffs)
     output = None
     notes: list[str] = []
     if winners and not options.dry_run:
@@ -212,7 +216,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         target=str(options.target), binding=binding.to_json(), device=device, perf_measured=perf_measured,
         applicability=applicability, candidates=tuple(outcomes), skipped=tuple(skipped),
         winners=tuple((b, o.label) for b, o in winners), output=str(output) if output else None,
-        report=str(report_path(report_dir)), notes=tuple(notes),
+        report=str(report_path(report_dir)), notes=tuple(notes), runoffs=tuple(runoffs),
     )
     write_report(result, report_dir)
     if options.record and not options.dry_run:
@@ -307,6 +311,31 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
         reason = f"numerics passed; faster at {len(faster)}, slower at {len(slower)} of {len(result.shapes)} shapes"
     return CandidateOutcome(cand.skeletons, cand.label, False, numerics, reason, cand.unsafe, diff, cand.params,
                             result.to_dict(), str(cand_path)), result.machine or machine
+
+
+def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine):
+    """select.choose_winners' head-to-head: the challenger's file judged by the gate with the leader's file as
+    the original, on the bucket's shapes, in one worker; ``machine()`` the run's roofline rates."""
+    from skel.rewriter.select import settle
+    from skel.validate.gate import GateInputError, validate
+
+    def run(bucket: str, leader: CandidateOutcome, challenger: CandidateOutcome, shapes: list[str]):
+        progress(f"run-off in {bucket}: {challenger.label} against {leader.label}")
+        started = time.monotonic()
+        try:
+            result = validate(Path(leader.path), Path(challenger.path), spec=binding.spec, entry=binding.entry,
+                              shapes=shapes, device=device, time_limit=options.time_limit, require="correct",
+                              machine=machine())
+        except GateInputError as exc:
+            return settle(bucket, leader, challenger, None, f"gate could not run: {exc}")
+        if result.error or not result.accepted:
+            why = f"gate error: {result.error}" if result.error else "; ".join(result.reasons[:2]) or "rejected"
+            return settle(bucket, leader, challenger, None, why)
+        r = settle(bucket, leader, challenger, result.to_dict())
+        progress(f"run-off in {bucket}: {r.winner} ({r.why}; {time.monotonic() - started:.0f} s)")
+        return r
+
+    return run
 
 
 def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options,

@@ -47,6 +47,14 @@ def render_markdown(data: dict, plot: str | None) -> str:
         out += [f"| {w['bucket']} | {w['candidate']} |" for w in data["winners"]]
     if plot:
         out += ["", f"![time versus shape]({plot})"]
+    if data.get("runoffs"):
+        out += ["", "## Run-offs (close qualifiers of a bucket timed head to head in one process)", "",
+                "| bucket | leader | challenger | challenger over leader, per shape | kept | why |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in data["runoffs"]:
+            per = "; ".join(f"{s['shape']}: {s['speedup']:.3f}x [{s['low']:.3f}, {s['high']:.3f}] {s['verdict']}"
+                            for s in r["shapes"]) or "-"
+            out.append(f"| {r['bucket']} | {r['leader']} | {r['challenger']} | {per} | {r['winner']} | {r['why']} |")
     out += ["", "## Candidates", "", "| # | skeletons | variant | numerics | verdict |", "| --- | --- | --- | --- | --- |"]
     for i, c in enumerate(data["candidates"], 1):
         num = {True: "pass", False: "FAIL", None: "-"}[c["numerics_passed"]]

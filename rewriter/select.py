@@ -5,11 +5,21 @@ shapes). In a bucket, a candidate qualifies when its numerics passed at every sh
 measurably faster at one shape at least and measurably slower at none; the qualifier with the
 best geometric-mean speedup wins. Different winners in different buckets make a dispatch.
 Without performance measurements nothing qualifies.
+
+Each candidate's speedup is measured against the original in a worker process of its own, and at
+small shapes two processes can time the same kernel a few per cent apart (different buffers; on
+the H200 the original's median moved by 3 % between workers of one run at T = 1, N = 32). So when
+another qualifier's geometric mean comes within RUNOFF_WITHIN of the leader's, the two meet head to
+head in one process (``runoff``: the leader as the baseline, the challenger as the candidate, on
+the bucket's shapes): the challenger takes the bucket when it is measurably faster there and
+slower nowhere, and when neither is measurably faster the one made of fewer skeletons is kept.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 from skel.validate.spec import Shape
 
@@ -26,6 +36,48 @@ def bucket_of(label: str) -> str:
 
 
 ACCURACY_GAIN = 2.0  # a precision rewrite must cut the error against float64 at least this much
+RUNOFF_WITHIN = 0.05  # a qualifier whose geometric mean is within 5 % of the leader's meets it head to head
+MAX_CHALLENGERS = 2  # per bucket, the closest first
+
+
+@dataclass(frozen=True)
+class Runoff:
+    """One head-to-head in a bucket: the challenger timed against the leader in one process."""
+    bucket: str
+    leader: str  # candidate labels
+    challenger: str
+    shapes: tuple[tuple[str, float, float, float, str], ...]  # (shape, speedup over the leader, low, high, verdict)
+    winner: str
+    why: str
+
+    def to_json(self) -> dict:
+        return {"bucket": self.bucket, "leader": self.leader, "challenger": self.challenger, "winner": self.winner,
+                "why": self.why, "shapes": [{"shape": s, "speedup": x, "low": lo, "high": hi, "verdict": v}
+                                            for s, x, lo, hi, v in self.shapes]}
+
+
+def settle(bucket: str, leader, challenger, gate: dict | None, error: str | None = None) -> Runoff:
+    """The head-to-head's decision from the gate's result (``gate``: GateResult.to_dict() with the leader
+    as the original), or the leader kept when the run-off could not be judged (``error``)."""
+    rows = tuple((s["shape"], p["speedup"], p["speedup_low"], p["speedup_high"], p["verdict"])
+                 for s in (gate or {}).get("shapes", ()) if (p := s.get("perf")))
+    if error or gate is None or not rows:
+        why = f"run-off not judged ({error or 'no timing'}): the leader is kept"
+        return Runoff(bucket, leader.label, challenger.label, rows, leader.label, why)
+    faster = [r[0] for r in rows if r[4] == "faster"]
+    slower = [r[0] for r in rows if r[4] == "slower"]
+    if faster and not slower:
+        winner, why = challenger, "the challenger is measurably faster head to head and slower nowhere"
+    elif slower and not faster:
+        winner, why = leader, "the leader is measurably faster head to head"
+    elif faster:
+        winner, why = leader, "mixed head to head (faster at some shapes, slower at others): the leader is kept"
+    elif len(challenger.skeletons) < len(leader.skeletons):
+        winner, why = challenger, "not measurably different head to head: the one made of fewer skeletons is kept"
+    else:
+        winner, why = leader, "not measurably different head to head: the leader is kept (no simpler than the challenger)"
+    return Runoff(bucket, leader.label, challenger.label, rows, winner.label, why)
+
 
 
 def more_accurate(outcome) -> str | None:
@@ -43,11 +95,15 @@ def more_accurate(outcome) -> str | None:
     return None if worst is None else f"accepted on accuracy: error against float64 at least {worst:.0f}x lower than the original's"
 
 
-def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozenset = frozenset()) -> tuple[list, list]:
+def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozenset = frozenset(),
+                   runoff: Callable[[str, object, object, list[str]], Runoff] | None = None,
+                   runoffs: list | None = None) -> tuple[list, list]:
     """Returns ([(bucket, winning outcome)], outcomes with accepted/reason updated).
 
     ``precision_only``: labels of candidates made only of precision skeletons; those are
     judged on accuracy (speed is reported, not required), and win every bucket they pass.
+    ``runoff(bucket, leader, challenger, shape labels)``: a head-to-head for qualifiers within
+    RUNOFF_WITHIN of the leader (see the module docstring); each Runoff is appended to ``runoffs``.
     """
     if not perf_measured:
         return [], outcomes
@@ -77,9 +133,25 @@ def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozense
     winners = []
     won: dict[str, list[str]] = {}
     for bucket in sorted(per_bucket):
-        geo, best = max(per_bucket[bucket], key=lambda t: t[0])
+        ranked = sorted(per_bucket[bucket], key=lambda t: -t[0])
+        geo, best = ranked[0]
+        how = ""
+        close = [o for g, o in ranked[1:] if g >= geo / (1 + RUNOFF_WITHIN)][:MAX_CHALLENGERS]
+        if runoff is not None and close:
+            shapes = [s["shape"] for s in best.gate["shapes"] if bucket_of(s["shape"]) == bucket]
+            for challenger in close:
+                r = runoff(bucket, best, challenger, shapes)
+                if runoffs is not None:
+                    runoffs.append(r)
+                if r.winner == challenger.label:
+                    best = challenger
+                    geo = next(g for g, o in ranked if o is challenger)
+                    how = f"; won a run-off against {r.leader}: {r.why}"
+                else:
+                    how = f"; kept after a run-off against {r.challenger}: {r.why}"
+        note = f"{bucket} ({geo:.2f}x{how})"
         winners.append((bucket, best))
-        won.setdefault(best.label, []).append(f"{bucket} ({geo:.2f}x)")
+        won.setdefault(best.label, []).append(note)
     updated = []
     for o in outcomes:
         if o.label in won:

@@ -1,6 +1,7 @@
 """`skel apply`: binding, candidates, CPU mode (numerics only, nothing accepted), selection, dispatch, output safety."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -197,6 +198,48 @@ def test_selection_per_bucket_rejects_any_slowdown():
     assert choose_winners([a, b], perf_measured=False)[0] == []
 
 
+def test_close_qualifiers_meet_head_to_head():
+    """A qualifier within 5 % of a bucket's leader is timed against it in one process (the stand-in here
+    answers with a fixed verdict); it takes the bucket when measurably faster, or when the two cannot be
+    told apart and it is made of fewer skeletons. Leaders further ahead, or a run-off that fails, stand."""
+    from skel.rewriter.select import settle
+
+    def combo(label, skeletons, speedup):
+        o = _outcome(label, [("N32-T1", "faster", speedup), ("N64-T1", "faster", speedup)])
+        return dataclasses.replace(o, skeletons=skeletons)
+
+    lead = combo("SK001+SK002", ("SK001", "SK002"), 1.27)
+    close = combo("SK002", ("SK002",), 1.25)  # 1.6 % behind: meets the leader
+    far = combo("SK005", ("SK005",), 1.10)  # 15 % behind: never meets it
+
+    def pick(verdict, speedup=1.0, error=None):
+        met, runoffs = [], []
+
+        def runoff(bucket, leader, challenger, shapes):
+            met.append((leader.label, challenger.label, tuple(shapes)))
+            perf = {"verdict": verdict, "speedup": speedup, "speedup_low": speedup, "speedup_high": speedup}
+            gate = None if error else {"shapes": [{"shape": s, "perf": perf} for s in shapes]}
+            return settle(bucket, leader, challenger, gate, error)
+
+        winners, updated = choose_winners([lead, close, far], True, runoff=runoff, runoffs=runoffs)
+        assert met == [("SK001+SK002", "SK002", ("N32-T1", "N64-T1"))] and len(runoffs) == 1
+        return winners[0][1].label, next(o.reason for o in updated if o.accepted), runoffs[0]
+
+    assert pick("faster", 1.03)[0] == "SK002"
+    label, reason, r = pick("within noise")
+    assert label == "SK002" and "fewer skeletons" in reason and r.winner == "SK002"
+    assert pick("slower", 0.96)[0] == "SK001+SK002"
+    label, reason, r = pick("", error="numerics failed")
+    assert label == "SK001+SK002" and "not judged" in r.why and "kept after a run-off" in reason
+    # the other way round, the simpler leader is kept when nothing separates them
+    met = []
+    winners, _ = choose_winners([dataclasses.replace(close, gate=lead.gate), dataclasses.replace(lead, gate=close.gate)],
+                                True, runoff=lambda b, l, c, sh: met.append(c.label) or settle(b, l, c, {"shapes": [
+                                    {"shape": x, "perf": {"verdict": "within noise", "speedup": 1.0, "speedup_low": 0.99,
+                                                          "speedup_high": 1.01}} for x in sh]}))
+    assert met == ["SK001+SK002"] and winners[0][1].label == "SK002"
+
+
 def test_dispatch_file_passes_the_gate(tmp_path):
     """Two variants behind a dispatch on T: the emitted file is judged like any candidate."""
     from skel.catalog.library import load_library
@@ -260,6 +303,7 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     import dataclasses
 
     import skel.rewriter.apply as A
+    from skel.rewriter.select import settle
     from skel.validate.result import PerfResult, ShapeVerdict, Timing
 
     gdn = KERNELS / "gdn_decode" / "kernel.py"
@@ -291,6 +335,16 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
 
     monkeypatch.setattr(A, "_judge", judge)
     monkeypatch.setattr(A, "_dispatch_check", lambda *a, **k: (lambda text: None))
+    met = []  # head-to-heads: the refined T = 8 winner (1.55x) meets SK002's one-warp plan alone (1.5x, within 5 %)
+
+    def runoff(binding, device, options, progress, machine):
+        def run(bucket, leader, challenger, shapes):
+            met.append((bucket, leader.label, challenger.label, tuple(shapes)))
+            slower = {"speedup": 0.97, "speedup_low": 0.96, "speedup_high": 0.975, "verdict": "slower"}
+            return settle(bucket, leader, challenger, {"shapes": [{"shape": s, "perf": slower} for s in shapes]})
+        return run
+
+    monkeypatch.setattr(A, "_runoff", runoff)
     opts = A.ApplyOptions(target=target, allow_unsafe=True, device="cuda", record=False, report_dir=tmp_path / "r",
                           shapes="N64-T1-H16-HV32-K128-V128,N64-T8-H16-HV32-K128-V128", max_candidates=16,
                           skeletons=("SK001", "SK002", "SK014"))
@@ -303,6 +357,9 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     assert judged.count(f"SK001+SK002+SK014 [{p2}]") == 1
     # one roofline per run: the first candidate's worker measures the machine, every later one reuses it
     assert machines[0] is None and set(machines[1:]) == {f"rates of {judged[0]}"}
+    assert met == [("T8-H16-HV32-K128-V128", refined, f"SK002 [{p4}]", ("N64-T8-H16-HV32-K128-V128",))]
+    assert [r.winner for r in result.runoffs] == [refined]
+    assert "kept after a run-off against" in next(c.reason for c in result.candidates if c.label == refined)
     assert "- roofline: copy 4.200 TB/s (best of 20 copies of 1 GiB), matmul 0 TFLOP/s (measured once for this run)" \
         in (tmp_path / "r" / "report.md").read_text()
     assert any("second round on SK002" in r and "judged in the first round" in r for _, r in result.skipped)

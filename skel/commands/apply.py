@@ -13,7 +13,8 @@ skeleton alone, their composition along the skeleton graph, launch-config varian
 judge every candidate with the gate: numerics against the original kernel and a float64
 reference, then (GPU only) an interleaved CUDA-graph microbenchmark, and a second round that
 composes the other skeletons on top of each shape bucket's winner. The best candidate per
-shape bucket is accepted; if different candidates win in different buckets the output holds
+shape bucket is accepted (candidates within 5 % of the best are timed against it head to head
+first); if different candidates win in different buckets the output holds
 all of them behind a dispatch on shape. The input is never overwritten unless --in-place
 (which keeps a .orig backup). Without a GPU, numerics run in Triton's interpreter and
 performance is reported as not measured: nothing is accepted.
