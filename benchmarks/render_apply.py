@@ -32,6 +32,7 @@ def compact(report: dict) -> dict:
                 "candidate_roofline_pct": p.get("candidate_roofline_pct"), "copy_gbps": p.get("copy_gbps"),
             })
         out["candidates"].append({"label": c["label"], "accepted": c["accepted"], "reason": c["reason"], "shapes": shapes})
+    out["runoffs"] = report.get("runoffs", [])
     return out
 
 
@@ -52,6 +53,10 @@ def table(name: str, data: dict) -> list[str]:
                  if s["candidate_us"] else "-" for s in c["shapes"]]
         mark = "**ACCEPTED** " if c["accepted"] else ""
         lines.append(f"| {mark}{c['label']} | " + " | ".join(cells) + " |")
+    for r in data.get("runoffs", []):  # head-to-heads in one process (skel apply since session 6)
+        per = ", ".join(f"{s['shape'].split('-')[0]} {s['speedup']:.3f}x [{s['low']:.3f}, {s['high']:.3f}]" for s in r["shapes"])
+        lines += ["", f"- run-off in {r['bucket']}: {r['challenger']} over {r['leader']}: {per or '-'}; kept "
+                      f"{r['winner']} ({r['why']})"]
     return lines + [""]
 
 
