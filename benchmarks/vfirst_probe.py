@@ -32,14 +32,8 @@ import triton
 import triton.language as tl
 
 import graph_timing as G
-
-H = HV = 32
-K = V = 128
-
-
-@triton.jit
-def _softplus(x):
-    return tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x)))
+import t1_ceiling_probe as C
+from t1_ceiling_probe import H, HV, K, V, _softplus, rel, roof_bytes
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -116,18 +110,13 @@ def state_copy(state, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, VFIRST
 
 
 def inputs(N, T, device, seed, vfirst):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def rnd(*shape, dtype=torch.bfloat16, s=1.0):
-        return (torch.randn(*shape, generator=gen) * s).to(dtype).to(device)
-
-    state = rnd(N, HV, K, V, dtype=torch.float32, s=0.1)
+    """t1_ceiling_probe's inputs, the state transposed to [N, HV, V, K] for the V-major step."""
+    x = C.inputs(N, T, device, seed)
+    del x["dst"]
     if vfirst:
-        state = state.transpose(-1, -2).contiguous()
-    return dict(q=rnd(N, T, H, K), k=rnd(N, T, H, K), v=rnd(N, T, HV, V), g=rnd(N, T, HV, K),
-                beta=rnd(N, T, HV), A_log=rnd(HV, dtype=torch.float32, s=0.5),
-                dt_bias=rnd(HV, K, dtype=torch.float32, s=0.5), state=state,
-                o=torch.empty(N, T, HV, V, dtype=torch.bfloat16, device=device))
+        x["state"] = x["state"].transpose(-1, -2).contiguous()
+    x["o"] = torch.empty_like(x["v"])
+    return x
 
 
 def step_call(P, W, vfirst):
@@ -159,26 +148,10 @@ VARIANTS = {**STEPS, **COPIES}
 
 
 def reference(x, T, vfirst):
-    """float64 KDA decode on the K-major state (as kernels/kda_decode/reference.py computes it)."""
-    f = {n: t.double().cpu() for n, t in x.items() if n != "o"}
-    S = f["state"].transpose(-1, -2).clone() if vfirst else f["state"].clone()
-    out = torch.zeros(S.shape[0], T, HV, V, dtype=torch.float64)
-    for t in range(T):
-        for hv in range(HV):
-            h = hv // (HV // H)
-            qq = f["q"][:, t, h] / torch.sqrt((f["q"][:, t, h] ** 2).sum(-1, keepdim=True) + 1e-6) * K ** -0.5
-            kk = f["k"][:, t, h] / torch.sqrt((f["k"][:, t, h] ** 2).sum(-1, keepdim=True) + 1e-6)
-            gate = -torch.exp(f["A_log"][hv]) * torch.nn.functional.softplus(f["g"][:, t, hv] + f["dt_bias"][hv])
-            s = S[:, hv] * torch.exp(gate)[:, :, None]
-            delta = (f["v"][:, t, hv] - torch.einsum("nk,nkv->nv", kk, s)) * torch.sigmoid(f["beta"][:, t, hv])[:, None]
-            s = s + kk[:, :, None] * delta[:, None, :]
-            out[:, t, hv] = torch.einsum("nk,nkv->nv", qq, s)
-            S[:, hv] = s
+    """t1_ceiling_probe's float64 KDA decode, on the K-major view of the state."""
+    k_major = dict(x, state=x["state"].transpose(-1, -2)) if vfirst else x
+    out, S = C.reference(k_major, T)
     return out, (S.transpose(-1, -2) if vfirst else S)
-
-
-def rel(a, b):
-    return float((a.double().cpu() - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30))
 
 
 def check(device, names) -> int:
@@ -194,10 +167,6 @@ def check(device, names) -> int:
             bad += not ok
             print(f"{name:10s} N={N} T={T}: o {eo:.1e} state {es:.1e} {'ok' if ok else 'FAIL'}", flush=True)
     return bad
-
-
-def roof_bytes(N, T) -> int:
-    return 2 * N * HV * K * V * 4 + 2 * N * T * (2 * H * K + HV * V + HV * K + HV * V + HV)
 
 
 def gpu(out_dir, reps, shapes) -> int:

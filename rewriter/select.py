@@ -79,7 +79,6 @@ def settle(bucket: str, leader, challenger, gate: dict | None, error: str | None
     return Runoff(bucket, leader.label, challenger.label, rows, winner.label, why)
 
 
-
 def more_accurate(outcome) -> str | None:
     """Why a precision-only candidate is accepted on accuracy (its error against the float64
     reference is ACCURACY_GAIN times lower than the original's at every shape), or None."""
