@@ -32,6 +32,7 @@ from skel.errors import UsageError
 
 WIN_VERDICTS = ("faster", "accepted", "win")
 LOSS_VERDICTS = ("slower", "rejected", "loss")
+HEAD_TO_HEAD = "head-to-head speedup"  # skel apply's run-offs: one rewrite timed against another
 TILE_NAME = re.compile(r"^(B[A-Z0-9_]*|BLOCK\w*|\w*_SIZE|\w*_BLOCK\w*|num_warps|num_stages)$")
 LINE_REF = re.compile(r"\blines? (\d+)")
 MAX_MEASUREMENTS = 4
@@ -290,8 +291,9 @@ def _evidence_view(ev) -> EvidenceView:
 
 
 def _measurements(cat, source_sha256: str, kernel_names: list[str]) -> tuple[Measurement, ...]:
-    """Timed runs of this target: same source hash, or a run recorded under one of its kernel names."""
-    runs = [r for r in cat.validation_runs() if r.median is not None
+    """Timed runs of this target against its original: same source hash, or a run recorded under one of its
+    kernel names (run-offs between two rewrites, metric HEAD_TO_HEAD, stay in the catalog, not here)."""
+    runs = [r for r in cat.validation_runs() if r.median is not None and r.metric != HEAD_TO_HEAD
             and (r.source_hash == source_sha256 or r.kernel in kernel_names)]
     out = []
     for r in sorted(runs, key=lambda r: (r.shape, r.dtype, r.id or 0)):

@@ -399,7 +399,10 @@ def _backup_path(path: Path) -> Path:
 
 
 def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: Path | None) -> None:
-    """Every candidate's per-shape verdict becomes evidence for its skeletons."""
+    """Every candidate's per-shape verdict becomes evidence for its skeletons; so does every run-off, as the
+    challenger's skeletons timed against the leader (metric "head-to-head speedup", verdicts "head-to-head ...",
+    which the prompt's win and loss counts leave out: they compare two rewrites, not a rewrite and the original)."""
+    from skel.catalog.prompt import HEAD_TO_HEAD
     from skel.catalog.store import ValidationRun, open_catalog
 
     source_hash = hashlib.sha256(source.encode()).hexdigest()
@@ -425,6 +428,21 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
                 median=median, ci_low=low, ci_high=high, unit=unit, gpu=_gpu_name(result.device),
                 torch_version=_version("torch"), triton_version=_version("triton"), source_hash=source_hash,
                 reason=cand.reason, extra=tuple(extra),
+            ))
+    by_label = {c.label: c for c in result.candidates}
+    for r in result.runoffs:
+        challenger, leader = by_label.get(r.challenger), by_label.get(r.leader)
+        if challenger is None or leader is None:
+            continue
+        for shape, speedup, low, high, verdict in r.shapes:
+            runs.append(ValidationRun(
+                skeletons=tuple(challenger.skeletons), kernel=f"{binding.family}:{Path(result.target).name}",
+                shape=shape, dtype=(leader.gate or {}).get("dtype", ""), metric=HEAD_TO_HEAD,
+                verdict=f"head-to-head {verdict}", median=speedup, ci_low=low, ci_high=high, unit="x",
+                gpu=_gpu_name(result.device), torch_version=_version("torch"), triton_version=_version("triton"),
+                source_hash=source_hash, reason=f"{r.challenger} timed against {r.leader} in one process; kept "
+                                                f"{r.winner}: {r.why}",
+                extra=(("label", r.challenger), ("against", r.leader), ("kept", r.winner)),
             ))
     if not runs:
         return

@@ -240,6 +240,33 @@ def test_close_qualifiers_meet_head_to_head():
     assert met == ["SK001+SK002"] and winners[0][1].label == "SK002"
 
 
+def test_run_offs_are_recorded_as_evidence(tmp_path):
+    """A run-off is a verdict too: stored for the challenger's skeletons, against the leader, under a metric
+    and verdicts of its own that the prompt does not count as wins or losses over the original."""
+    from skel.catalog.prompt import LOSS_VERDICTS, WIN_VERDICTS, _measurements
+    from skel.catalog.store import open_catalog
+    from skel.rewriter.apply import ApplyResult, _record
+    from skel.rewriter.select import settle
+
+    gate = {"dtype": "bfloat16", "shapes": []}  # their own verdicts are recorded as always; here only the run-off
+    lead = dataclasses.replace(_outcome("SK001+SK002", []), skeletons=("SK001", "SK002"), gate=gate)
+    chal = dataclasses.replace(_outcome("SK002", []), skeletons=("SK002",), gate=gate)
+    same = {"verdict": "within noise", "speedup": 0.998, "speedup_low": 0.994, "speedup_high": 1.0}
+    r = settle("T1", lead, chal, {"shapes": [{"shape": "N32-T1", "perf": same}]})
+    binding = bind_target(KDA, KDA.read_text())
+    result = ApplyResult(str(KDA), binding.to_json(), "cpu", True, (), (lead, chal), (), (("T1", "SK002"),), None,
+                         None, runoffs=(r,))
+    _record(result, binding, KDA.read_text(), tmp_path / "cat.sqlite")
+    with open_catalog(tmp_path / "cat.sqlite") as cat:
+        runs = [x for x in cat.validation_runs() if x.metric == "head-to-head speedup"]
+        assert _measurements(cat, runs[0].source_hash, [runs[0].kernel]) == ()  # the brief's table: against the original
+    assert len(runs) == 1
+    h = runs[0]
+    assert h.skeletons == ("SK002",) and h.verdict == "head-to-head within noise" and h.median == 0.998
+    assert dict(h.extra) == {"label": "SK002", "against": "SK001+SK002", "kept": "SK002"}
+    assert "fewer skeletons" in h.reason and h.verdict not in WIN_VERDICTS + LOSS_VERDICTS
+
+
 def test_dispatch_file_passes_the_gate(tmp_path):
     """Two variants behind a dispatch on T: the emitted file is judged like any candidate."""
     from skel.catalog.library import load_library
