@@ -287,15 +287,23 @@ def unified_diff(before: str, after: str, name: str) -> str:
                                         f"a/{name}", f"b/{name}"))
 
 
+def _gate(binding: TargetBinding, original: Path, candidate: Path, shapes, device: str, options: ApplyOptions,
+          **kwargs):
+    """The gate as `skel apply` calls it: the target's spec and launcher, numerics required, the run's time limit."""
+    from skel.validate.gate import validate
+
+    return validate(original, candidate, spec=binding.spec, entry=binding.entry, shapes=shapes, device=device,
+                    time_limit=options.time_limit, require="correct", **kwargs)
+
+
 def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Path, shape_set: str,
            device: str, diff: str, options: ApplyOptions, machine=None):
     """The gate's verdict on one candidate, and the machine rates its roofline used (``machine`` when given,
     else what the worker measured; None when nothing was timed)."""
-    from skel.validate.gate import GateInputError, validate
+    from skel.validate.gate import GateInputError
 
     try:
-        result = validate(target, cand_path, spec=binding.spec, entry=binding.entry, shapes=_shape_arg(shape_set),
-                          device=device, time_limit=options.time_limit, require="correct", machine=machine)
+        result = _gate(binding, target, cand_path, _shape_arg(shape_set), device, options, machine=machine)
     except GateInputError as exc:
         return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {exc}",
                                 cand.unsafe, diff, cand.params, None, str(cand_path)), machine
@@ -317,15 +325,14 @@ def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress
     """select.choose_winners' head-to-head: the challenger's file judged by the gate with the leader's file as
     the original, on the bucket's shapes, in one worker; ``machine()`` the run's roofline rates."""
     from skel.rewriter.select import settle
-    from skel.validate.gate import GateInputError, validate
+    from skel.validate.gate import GateInputError
 
     def run(bucket: str, leader: CandidateOutcome, challenger: CandidateOutcome, shapes: list[str]):
         progress(f"run-off in {bucket}: {challenger.label} against {leader.label}")
         started = time.monotonic()
         try:
-            result = validate(Path(leader.path), Path(challenger.path), spec=binding.spec, entry=binding.entry,
-                              shapes=shapes, device=device, time_limit=options.time_limit, require="correct",
-                              machine=machine())
+            result = _gate(binding, Path(leader.path), Path(challenger.path), shapes, device, options,
+                           machine=machine())
         except GateInputError as exc:
             return settle(bucket, leader, challenger, None, f"gate could not run: {exc}")
         if result.error or not result.accepted:
@@ -377,13 +384,10 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
 def _dispatch_check(target: Path, binding: TargetBinding, shape_set: str, device: str, options: ApplyOptions,
                     work: Path) -> Callable[[str], str | None]:
     """Numerics of an emitted dispatch file at every shape (no timing: its parts were timed)."""
-    from skel.validate.gate import validate
-
     def check(text: str) -> str | None:
         cand = work / "dispatch.py"
         cand.write_text(text, encoding="utf-8")
-        result = validate(target, cand, spec=binding.spec, entry=binding.entry, shapes=_shape_arg(shape_set),
-                          device=device, time_limit=options.time_limit, require="correct", bench=False)
+        result = _gate(binding, target, cand, _shape_arg(shape_set), device, options, bench=False)
         return None if result.accepted else "; ".join(result.reasons[:2]) or "rejected"
 
     return check

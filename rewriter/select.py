@@ -135,16 +135,15 @@ def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozense
         ranked = sorted(per_bucket[bucket], key=lambda t: -t[0])
         geo, best = ranked[0]
         how = ""
-        close = [o for g, o in ranked[1:] if g >= geo / (1 + RUNOFF_WITHIN)][:MAX_CHALLENGERS]
+        close = [(g, o) for g, o in ranked[1:] if g >= geo / (1 + RUNOFF_WITHIN)][:MAX_CHALLENGERS]
         if runoff is not None and close:
             shapes = [s["shape"] for s in best.gate["shapes"] if bucket_of(s["shape"]) == bucket]
-            for challenger in close:
+            for challenger_geo, challenger in close:
                 r = runoff(bucket, best, challenger, shapes)
                 if runoffs is not None:
                     runoffs.append(r)
                 if r.winner == challenger.label:
-                    best = challenger
-                    geo = next(g for g, o in ranked if o is challenger)
+                    best, geo = challenger, challenger_geo
                     how = f"; won a run-off against {r.leader}: {r.why}"
                 else:
                     how = f"; kept after a run-off against {r.challenger}: {r.why}"

@@ -51,6 +51,9 @@ def _blocks(stmt) -> list:
     return out
 
 
+WRITES = {"store", "atomic_add", "atomic_xchg", "atomic_cas"}  # calls whose pointer argument is written
+
+
 class _LoopPlan:
     """What to move out of one loop."""
 
@@ -59,9 +62,8 @@ class _LoopPlan:
         self.defs = F.assignments(kernel)
         self.constexprs = C.constexpr_params(kernel)
         self.params = {q.name.value for q in C.params(kernel)}
-        stores = [c for c in C.calls_in(kernel) if C.last_part(C.call_name(c)) in
-                  ("store", "atomic_add", "atomic_xchg", "atomic_cas") and c.args]
-        self.stored = F.memory_roots(kernel, self.defs, {"store", "atomic_add", "atomic_xchg", "atomic_cas"}) | {
+        stores = [c for c in C.calls_in(kernel) if C.last_part(C.call_name(c)) in WRITES and c.args]
+        self.stored = F.memory_roots(kernel, self.defs, WRITES) | {
             n for c in stores for n in F.pointer_params(c.args[0].value, self.defs, self.params)}
         self.variant = C.assigned_names(loop)
         self.hoisted: set[str] = set()
