@@ -65,17 +65,23 @@ def rotation(state_bytes: int) -> int:
     return max(2, -(-240_000_000 // state_bytes))
 
 
-def median_us(torch, calls: dict, make_set, sets: int, reps: int, rounds: int = 1) -> dict[str, float]:
+def graph_calls(sets: int, min_calls: int = 0) -> int:
+    """Calls one graph makes: whole rounds over the ``sets`` input sets, at least ``min_calls``."""
+    return sets * max(1, -(-min_calls // sets))
+
+
+def median_us(torch, calls: dict, make_set, sets: int, reps: int, min_calls: int = 0) -> dict[str, float]:
     """Median microseconds per call of each callable: each gets its own ``sets`` input sets
-    (``make_set(i)``), one graph going ``rounds`` times over them (so the gap between two replays is
-    shared by ``sets * rounds`` calls, as the gate's graphs of at least 8 calls do), and all graphs are
-    replayed interleaved."""
+    (``make_set(i)``), one graph cycling over them for ``graph_calls(sets, min_calls)`` calls (so the gap
+    between two replays is shared by that many calls; the gate's graphs make at least 8), and all graphs
+    are replayed interleaved."""
     graphs, alive = {}, []
+    n = graph_calls(sets, min_calls)
     for name, call in calls.items():
         xs = [make_set(i) for i in range(sets)]
-        graphs[name] = capture(torch, call, xs * rounds)
+        graphs[name] = capture(torch, call, xs * (n // sets))
         alive.append(xs)
-    times = interleaved_us(torch, graphs, reps, sets * rounds)
+    times = interleaved_us(torch, graphs, reps, n)
     del graphs, alive
     torch.cuda.empty_cache()
     return {name: ts[len(ts) // 2] for name, ts in times.items()}

@@ -587,9 +587,8 @@ def roof_bytes(N, T) -> int:
 
 def time_shape(N, T, names, reps, min_calls=0):
     R = G.rotation(N * HV * K * V * 4)
-    rounds = max(1, -(-min_calls // R))
     return G.median_us(torch, {n: VARIANTS[n] for n in names}, lambda i: inputs(N, T, "cuda", 100 + i), R, reps,
-                       rounds), R * rounds
+                       min_calls), G.graph_calls(R, min_calls)
 
 
 def gpu(out_dir, reps, set_name, min_calls=0) -> int:

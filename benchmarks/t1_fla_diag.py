@@ -139,9 +139,9 @@ def run(d: Path) -> int:
             o = out[0] if isinstance(out, tuple) else out
             err = ((o.double() - ref["o"]).norm() / ref["o"].norm()).item()
             print(f"T={T} N={N} {name:12s} o rel. error {err:.1e}", flush=True)
-        sets = G.rotation(state)  # graphs of >= 8 calls, as the gate's (session 5's runs had one call per set)
+        # graphs of >= 8 calls, as the gate's (session 5's runs had one call per set)
         med = G.median_us(torch, calls, lambda i: spec.SPEC.make_inputs(shape, "bfloat16", 100 + i, "cuda"),
-                          sets, 40, rounds=-(-8 // sets))
+                          G.rotation(state), 40, min_calls=8)
         for name, us in med.items():
             print(f"T={T} N={N} {name:12s} {us:6.1f} us {nbytes / (us * 1e-6) / bw * 100:5.1f} % "
                   f"({nbytes / (us * 1e-6) / best * 100:5.1f} % of the gate's denominator)", flush=True)

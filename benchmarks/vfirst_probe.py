@@ -177,10 +177,9 @@ def gpu(out_dir, reps, shapes) -> int:
     rows = {}
     for N, T in shapes:
         R = G.rotation(N * HV * K * V * 4)
-        rounds = -(-8 // R)
         for vf in (False, True):
             calls = {n: fn for n, (fn, f) in VARIANTS.items() if f == vf and (T == 1 or n in STEPS)}
-            med = G.median_us(torch, calls, lambda i: inputs(N, T, "cuda", 100 + i, vf), R, reps, rounds)
+            med = G.median_us(torch, calls, lambda i: inputs(N, T, "cuda", 100 + i, vf), R, reps, min_calls=8)
             for n, us in med.items():
                 pct = roof_bytes(N, T) / best_bw / (us * 1e-6) * 100
                 rows.setdefault(n, {})[f"N{N}T{T}"] = (us, pct)
