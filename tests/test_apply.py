@@ -13,7 +13,7 @@ from skel.cli import main
 from skel.errors import UsageError
 from skel.rewriter.apply import ApplyOptions, CandidateOutcome, _write_output
 from skel.rewriter.dispatch import build_dispatch
-from skel.rewriter.select import bucket_of, choose_winners
+from skel.rewriter.select import bucket_of, choose_winners, settle
 from skel.rewriter.targets import bind_target
 
 import skel.kernels
@@ -202,7 +202,6 @@ def test_close_qualifiers_meet_head_to_head():
     """A qualifier within 5 % of a bucket's leader is timed against it in one process (the stand-in here
     answers with a fixed verdict); it takes the bucket when measurably faster, or when the two cannot be
     told apart and it is made of fewer skeletons. Leaders further ahead, or a run-off that fails, stand."""
-    from skel.rewriter.select import settle
 
     def combo(label, skeletons, speedup):
         o = _outcome(label, [("N32-T1", "faster", speedup), ("N64-T1", "faster", speedup)])
@@ -246,7 +245,6 @@ def test_run_offs_are_recorded_as_evidence(tmp_path):
     from skel.catalog.prompt import LOSS_VERDICTS, WIN_VERDICTS, _measurements
     from skel.catalog.store import open_catalog
     from skel.rewriter.apply import ApplyResult, _record
-    from skel.rewriter.select import settle
 
     gate = {"dtype": "bfloat16", "shapes": []}  # their own verdicts are recorded as always; here only the run-off
     lead = dataclasses.replace(_outcome("SK001+SK002", []), skeletons=("SK001", "SK002"), gate=gate)
@@ -330,7 +328,6 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     import dataclasses
 
     import skel.rewriter.apply as A
-    from skel.rewriter.select import settle
     from skel.validate.result import PerfResult, ShapeVerdict, Timing
 
     gdn = KERNELS / "gdn_decode" / "kernel.py"
