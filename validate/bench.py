@@ -1,19 +1,23 @@
-"""GPU microbenchmark: the original and the candidate timed interleaved in one process.
+"""GPU microbenchmark pieces: CUDA-graph timing in a worker, the statistics and the verdict.
 
 Method (per shape): input sets rotated so the working set exceeds twice the L2 cache (a kernel
 never finds its data in L2 left there by the previous call), each kernel captured in a CUDA
 graph that calls it once per input set, cycling through the sets until the graph makes at least
 ``min_graph_calls`` calls (the gap between two graph replays is paid once per graph, not once per
-call), graphs replayed enough times per sample to last
-``min_sample_us``, samples interleaved A/B, B/A, ... with CUDA events; the median per-call
-time with a distribution-free 95 % interval, and the median of the paired ratios (robust to
-clock drift during the run) with its interval. A verdict of faster/slower needs the ratio's
-interval to clear 1 +/- ``min_effect``.
+call), graphs replayed enough times per sample to last ``min_sample_us``, samples interleaved
+A/B, B/A, ... with CUDA events; the median per-call time with a distribution-free 95 % interval,
+and the median of the paired ratios (robust to clock drift during the run) with its interval. A
+verdict of faster/slower needs the ratio's interval to clear 1 +/- ``min_effect``.
+
+In the gate the original (A) and the candidate (B) are timed in two worker processes, each with
+its own ``GraphTimer``, and the judge interleaves them (``skel.validate.timing``); the judge
+never takes B's numbers on trust. ``benchmark_shape`` times two trusted callables in one process
+(tools and experiments).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
@@ -27,9 +31,10 @@ from skel.validate.spec import Shape, TargetSpec
 class BenchConfig:
     samples: int = 30  # timed samples per kernel and shape, interleaved with the other kernel
     warmup: int = 3  # graph replays before timing
-    min_sample_us: float = 300.0  # replays per sample so one sample lasts at least this long
+    min_sample_us: float = 2000.0  # replays per sample so one sample lasts at least this long (the judge's
+    # clock checks the worker's report per sample, so a sample must be long beside a message's round trip)
     min_graph_calls: int = 8  # calls captured per graph (the input sets cycled), whatever the sets
-    l2_bytes: int = 60 * 2**20  # H200: 60 MB
+    l2_bytes: int | None = None  # None: the L2 size of the device in use
     max_sets: int = 64
     min_effect: float = 0.02  # differences under 2 % are noise whatever the interval says
     seed_base: int = 10_000  # inputs for timing are not the numerics inputs
@@ -138,53 +143,94 @@ def matmul_rate(n: int = 8192, samples: int = 10) -> float:
 
 @dataclass(frozen=True)
 class Machine:
+    """The device the gate timed on: the roofline's rates (measured) and what it is (read)."""
+
     copy_bps: float
     matmul_flops: float
+    name: str = ""
+    l2_bytes: int = 0
+    sm_count: int = 0
+    driver: str = ""
+    versions: str = ""  # "torch 2.11.0+cu130, triton 3.6.0, CUDA 13.0"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict) -> "Machine":
+        return cls(float(value["copy_bps"]), float(value["matmul_flops"]), str(value.get("name", "")),
+                   int(value.get("l2_bytes", 0)), int(value.get("sm_count", 0)), str(value.get("driver", "")),
+                   str(value.get("versions", "")))
 
 
-def measure_machine() -> Machine:
-    return Machine(copy_bandwidth(), matmul_rate())
+def device_facts() -> dict:
+    """Name, L2 size, SM count, driver and versions of the current CUDA device (nothing measured)."""
+    import triton
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    driver = ""
+    try:
+        import subprocess
+
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=10).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+        "sm_count": int(props.multi_processor_count), "driver": driver,
+        "versions": f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}",
+    }
 
 
-def _finite(values) -> bool:
+def measure_machine(known: Machine | None = None) -> Machine:
+    """The current device's facts; the rates measured unless ``known`` (an earlier worker's) gives them."""
+    facts = device_facts()
+    if known is not None and known.copy_bps > 0:
+        return Machine(known.copy_bps, known.matmul_flops, **facts)
+    return Machine(copy_bandwidth(), matmul_rate(), **facts)
+
+
+def rotation_sets(nbytes: int, l2_bytes: int, max_sets: int) -> int:
+    """Input sets to cycle so that the working set is over twice the L2 cache."""
+    return max(1, min(max_sets, math.ceil(2 * l2_bytes / max(nbytes, 1))))
+
+
+class GraphTimer:
+    """One kernel in a CUDA graph over its input sets (in a worker): ``replay`` times ``reps`` replays
+    with CUDA events; ``results`` are what the timed calls left: the first round's outputs and every
+    set's in-place tensors (the judge checks them against the other kernel's)."""
+
+    def __init__(self, fn: Callable, arg_sets: list[dict[str, Any]], inplace: tuple[str, ...], min_calls: int):
+        self.arg_sets, self.inplace = arg_sets, inplace
+        self.graph, self.outs, self.per_graph = _graph(fn, arg_sets, min_calls)
+
+    def replay(self, reps: int) -> float:
+        return _replay_time_us(self.graph, reps)
+
+    def results(self) -> list[tuple[str, torch.Tensor]]:
+        torch.cuda.synchronize()
+        out = []
+        for i, value in enumerate(self.outs):
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            out += [(f"out{i}.{j}", v) for j, v in enumerate(values) if isinstance(v, torch.Tensor)]
+        for i, args in enumerate(self.arg_sets):
+            out += [(f"set{i}.{name}", args[name]) for name in self.inplace]
+        return out
+
+
+def finite(values) -> bool:
     for v in values:
         if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
             return False
-        if isinstance(v, (tuple, list)) and not _finite(v):
+        if isinstance(v, (tuple, list)) and not finite(v):
             return False
     return True
 
 
-def benchmark_shape(spec: TargetSpec, shape: Shape, dtype: str, original: Callable, candidate: Callable,
-                    machine: Machine, config: BenchConfig = BenchConfig()) -> PerfResult:
-    """Time the original (A) and the candidate (B) at one shape; raises RuntimeError when the
-    timing cannot be trusted (values diverged under replay)."""
-    nbytes = spec.bytes(shape, dtype)
-    nflops = spec.flops(shape, dtype)
-    sets = max(1, min(config.max_sets, math.ceil(2 * config.l2_bytes / max(nbytes, 1))))
-    shared = [spec.make_inputs(shape, dtype, config.seed_base + i, "cuda") for i in range(sets)]
-    # In-place inputs (the state) get one copy per kernel; read-only inputs are shared. Decaying
-    # gates keep the state bounded however often a graph replays.
-    arg_a = [clone_inputs(s) if spec.inplace else s for s in shared]
-    arg_b = [clone_inputs(s) for s in shared] if spec.inplace else shared
-    graph_a, outs_a, per_graph = _graph(original, arg_a, config.min_graph_calls)
-    graph_b, outs_b, _ = _graph(candidate, arg_b, config.min_graph_calls)
-    for _ in range(config.warmup):
-        graph_a.replay()
-        graph_b.replay()
-    one = max(_replay_time_us(graph_a, 1), _replay_time_us(graph_b, 1), 1e-3)
-    reps = max(1, math.ceil(config.min_sample_us / one))
-    calls = reps * per_graph
-    times_a, times_b, ratios = [], [], []
-    for i in range(config.samples):
-        order = ((graph_a, times_a), (graph_b, times_b)) if i % 2 == 0 else ((graph_b, times_b), (graph_a, times_a))
-        for graph, sink in order:
-            sink.append(_replay_time_us(graph, reps) / calls)
-        ratios.append(times_a[-1] / times_b[-1])
-    torch.cuda.synchronize()
-    live = [a[n] for a in arg_a + arg_b for n in spec.inplace] + outs_a + outs_b
-    if not _finite(live):
-        raise RuntimeError("values diverged (NaN/inf) under graph replay: timing not trusted")
+def perf_result(times_a: list[float], times_b: list[float], ratios: list[float], nbytes: int, nflops: int,
+                machine: Machine, config: BenchConfig, sets: int, calls: int) -> PerfResult:
+    """The verdict and the roofline standing from per-call times (us) of A and B and their paired ratios."""
     ta, tb = median_interval(times_a), median_interval(times_b)
     sp = median_interval(ratios)
     if sp[1] > 1 + config.min_effect:
@@ -204,3 +250,33 @@ def benchmark_shape(spec: TargetSpec, shape: Shape, dtype: str, original: Callab
         candidate_roofline_pct=100.0 * roof_s / (tb[0] * 1e-6),
         rotation_sets=sets, calls_per_sample=calls,
     )
+
+
+def benchmark_shape(spec: TargetSpec, shape: Shape, dtype: str, original: Callable, candidate: Callable,
+                    machine: Machine, config: BenchConfig = BenchConfig()) -> PerfResult:
+    """Time two trusted callables (A, B) at one shape in this process; raises RuntimeError when the
+    timing cannot be trusted (values diverged under replay). The gate does not use this: it keeps
+    the candidate in a worker of its own (``skel.validate.timing``)."""
+    nbytes = spec.bytes(shape, dtype)
+    sets = rotation_sets(nbytes, config.l2_bytes or machine.l2_bytes or device_facts()["l2_bytes"], config.max_sets)
+    shared = [spec.make_inputs(shape, dtype, config.seed_base + i, "cuda") for i in range(sets)]
+    # In-place inputs (the state) get one copy per kernel; read-only inputs are shared.
+    arg_a = [clone_inputs(s) if spec.inplace else s for s in shared]
+    arg_b = [clone_inputs(s) for s in shared] if spec.inplace else shared
+    timer_a = GraphTimer(original, arg_a, spec.inplace, config.min_graph_calls)
+    timer_b = GraphTimer(candidate, arg_b, spec.inplace, config.min_graph_calls)
+    for _ in range(config.warmup):
+        timer_a.replay(1)
+        timer_b.replay(1)
+    one = max(timer_a.replay(1), timer_b.replay(1), 1e-3)
+    reps = max(1, math.ceil(config.min_sample_us / one))
+    calls = reps * timer_a.per_graph
+    times_a, times_b, ratios = [], [], []
+    for i in range(config.samples):
+        order = ((timer_a, times_a), (timer_b, times_b)) if i % 2 == 0 else ((timer_b, times_b), (timer_a, times_a))
+        for timer, sink in order:
+            sink.append(timer.replay(reps) / calls)
+        ratios.append(times_a[-1] / times_b[-1])
+    if not finite([t for _, t in timer_a.results() + timer_b.results()]):
+        raise RuntimeError("values diverged (NaN/inf) under graph replay: timing not trusted")
+    return perf_result(times_a, times_b, ratios, nbytes, spec.flops(shape, dtype), machine, config, sets, calls)

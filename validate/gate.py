@@ -1,24 +1,28 @@
 """The gate: ``validate(target, candidate)`` -> GateResult.
 
-The candidate runs in a worker process (``skel.validate.worker``) started from a fork server
-that has torch imported already (each candidate costs a fork, not an interpreter start). The parent only watches: a call of candidate code that outlives ``time_limit`` is
-killed and rejected as hung; a worker that dies (abort, segfault, exit) is a crash rejected
-with the signal and where it happened; the gate itself survives to judge the next candidate.
+The judged never holds the judgement. This process (the judge) runs no kernel code: the spec and
+the original kernel run in an **oracle** worker, the candidate in a **candidate** worker of its
+own, both forked from the gate's fork server and contained (``sandbox``: scratch folders, Landlock
+where the kernel has it, no capabilities, own session, supervised). Inputs, reference outputs and
+results cross as data; the comparisons, the timing's checks and the verdict happen here. A
+request of candidate code that outlives ``time_limit`` is killed and rejected as hung; a worker
+that dies is a crash rejected with the signal and where it happened; files around the target are
+hashed before and after (``integrity``), and what the candidate did to its own process, the
+processes it left behind and the files it touched are rejections of their own.
 """
 from __future__ import annotations
 
-import multiprocessing
-import os
 import random
-import signal
+import shutil
 import tempfile
-import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
-from skel.validate.load import TargetError, load_spec, resolve_target
+from skel.validate.integrity import FileGuard
+from skel.validate.load import TargetError, resolve_target
 from skel.validate.result import GateResult, PerfResult, ShapeVerdict
-from skel.validate.spec import Shape, dtype_name
+from skel.validate.spec import Shape, SpecInfo, dtype_name
 
 REQUIRE = ("correct", "not-slower", "faster")
 _MAX_REASONS = 12
@@ -44,6 +48,7 @@ def validate(
     entry: str | None = None,
     fail_fast: bool = True,
     machine=None,
+    landlock: bool = True,
 ) -> GateResult:
     """Judge ``candidate`` (a .py file with the target's launcher) against ``target``.
 
@@ -53,21 +58,22 @@ def validate(
         on CPU and "decode" on a GPU.
     seeds: input seeds per shape; default (0, a fresh random seed), so no fixed inputs can be
         memorised. device: "cpu" or "cuda", default cuda when available.
-    time_limit: seconds one stretch of candidate code (import, one call, one shape's
-        benchmark) may run before it is judged hung. total_time_limit: the whole worker
-        (default max(600, 30 s per shape and seed)).
+    time_limit: seconds one request of candidate code (import, one call, one timing sample) may
+        run before it is judged hung. total_time_limit: the oracle's whole budget (default
+        max(600, 30 s per shape and seed)).
     bench: a bench.BenchConfig (GPU timing); default BenchConfig(); False to skip timing.
     require: "correct" (numerics only), "not-slower" (no shape measurably slower) or
-        "faster" (measurably faster at some shape and slower at none).
+        "faster" (measurably faster at some shape and slower at none). Untrusted timing rejects
+        whatever ``require`` says.
     machine: a bench.Machine (copy bandwidth, matmul rate) for the roofline, so that the candidates of
-        one run share one denominator; default: the worker measures it (GateResult.machine returns it).
+        one run share one denominator; default: the oracle measures it (GateResult.machine returns it).
+    landlock: False runs the workers without Landlock (for tests of the other defences).
     Raises GateInputError for an unknown target, spec, shape set or a missing candidate file.
     """
     if require not in REQUIRE:
         raise GateInputError(f"require={require!r}: choose one of {', '.join(REQUIRE)}")
     try:
         ref = resolve_target(target, spec)
-        target_spec = load_spec(ref.spec)
     except TargetError as exc:
         raise GateInputError(str(exc)) from None
     cand = Path(candidate).expanduser().resolve()
@@ -76,35 +82,21 @@ def validate(
     device = device or _default_device()
     if device not in ("cpu", "cuda"):
         raise GateInputError(f"device {device!r}: use 'cpu' or 'cuda'")
-    shape_list, set_name = _shapes(target_spec, shapes, device)
-    dtype = dtype_name(dtype or target_spec.dtypes[0])
-    if dtype not in target_spec.dtypes:
-        raise GateInputError(f"dtype {dtype}: {target_spec.family} supports {', '.join(target_spec.dtypes)}")
-    seeds = tuple(int(s) for s in seeds) if seeds is not None else (0, random.randrange(1, 2**31))
     if bench is None:
         from skel.validate.bench import BenchConfig
 
         bench = BenchConfig()
-    from skel.validate.worker import Request
-
-    request = Request(
-        kernel=str(ref.kernel), spec=str(ref.spec), candidate=str(cand),
-        entry=entry or target_spec.entry, shapes=tuple(s.label for s in shape_list), seeds=seeds,
-        dtype=dtype, device=device, bench=bench or None, fail_fast=fail_fast, machine=machine,
-    )
-    if total_time_limit is None:  # a safety net for hangs outside candidate code (the original, the reference)
-        total_time_limit = max(600.0, 30.0 * len(shape_list) * len(seeds))
-    verdicts, rejection, error, measured = _run_worker(request, time_limit, total_time_limit)
-    shapes_out = tuple(
-        verdicts.get(s.label) or ShapeVerdict(s.label, None, None, "not run: the candidate was rejected earlier")
-        for s in shape_list
-    )
-    reasons = _reasons(shapes_out, rejection, error, require, device)
-    return GateResult(
-        accepted=not reasons, reasons=tuple(reasons), shapes=shapes_out, family=target_spec.family,
-        target=str(ref.kernel), candidate=str(cand), dtype=dtype, device=device, shape_set=set_name,
-        seeds=seeds, error=error, machine=measured or (machine if any(s.perf for s in shapes_out) else None),
-    )
+    request = _Request(ref.kernel, ref.spec, cand, entry, shapes, seeds, device, dtype, time_limit, total_time_limit,
+                       bench or None, require, fail_fast, machine, landlock)
+    guard = FileGuard([ref.kernel, ref.spec, cand], [ref.kernel.parent, ref.spec.parent, cand.parent, Path.cwd()])
+    root = Path(tempfile.mkdtemp(prefix="skel-gate-"))
+    try:
+        judgement = _Judgement(request, root)
+        judgement.run()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    touched = guard.check_and_restore()
+    return judgement.result([c.describe() for c in touched])
 
 
 def _default_device() -> str:
@@ -113,7 +105,210 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _shapes(spec, shapes, device: str) -> tuple[list[Shape], str]:
+@dataclass(frozen=True)
+class _Request:
+    kernel: Path
+    spec: Path
+    candidate: Path
+    entry: str | None
+    shapes: object
+    seeds: object
+    device: str
+    dtype: str | None
+    time_limit: float
+    total_time_limit: float | None
+    bench: object
+    require: str
+    fail_fast: bool
+    machine: object
+    landlock: bool
+
+
+@dataclass
+class _Judgement:
+    """One validate() call: the workers, what they said, and the verdict built from it."""
+
+    req: _Request
+    root: Path
+    info: SpecInfo | None = None
+    shape_list: list[Shape] = field(default_factory=list)
+    set_name: str = "custom"
+    dtype: str = ""
+    seeds: tuple[int, ...] = ()
+    verdicts: dict[str, ShapeVerdict] = field(default_factory=dict)
+    rejection: str | None = None
+    error: str | None = None
+    misconduct: list[str] = field(default_factory=list)
+    machine: object = None
+    isolation: dict | None = None
+
+    def run(self) -> None:
+        from skel.validate.roles import Deadline, OracleClient, OracleFailed
+        from skel.validate.session import Worker, WorkerLost, scratch_config
+
+        req = self.req
+        oracle = candidate = None
+        try:
+            oracle = Worker(scratch_config(self.root, "oracle", req.device, kernel=str(req.kernel), spec=str(req.spec),
+                                           entry=req.entry, landlock=req.landlock,
+                                           writable=_oracle_writable()), req.device)
+            client = OracleClient(oracle, Deadline(req.total_time_limit or 600.0))
+            try:
+                self.info = client.hello(load_kernel=False)
+            except OracleFailed as exc:
+                raise GateInputError(str(exc)) from None
+            self._choose(self.info)
+            if req.total_time_limit is None:  # a safety net for hangs outside candidate code
+                client.deadline = Deadline(max(600.0, 30.0 * len(self.shape_list) * len(self.seeds)))
+            try:
+                client.hello(load_kernel=True)
+            except OracleFailed as exc:
+                self.error = str(exc)
+                return
+            candidate = self._start_candidate(Worker, scratch_config)
+            self._judge(client, candidate)
+        except WorkerLost as lost:
+            self._lost(lost, oracle if lost.role == "oracle" else candidate)
+        finally:
+            for worker in (candidate, oracle):
+                if worker is not None:
+                    ending = worker.finish()
+                    if worker is candidate and ending.survivors and not self.rejection and not self.error:
+                        self.misconduct.append(
+                            f"the candidate left {len(ending.survivors)} process(es) running after its worker finished"
+                            f" ({'; '.join(ending.survivors[:3])}): killed")
+
+    def _choose(self, info: SpecInfo) -> None:
+        req = self.req
+        self.shape_list, self.set_name = _shapes(info, req.shapes, req.device)
+        self.dtype = dtype_name(req.dtype or info.dtypes[0])
+        if self.dtype not in info.dtypes:
+            raise GateInputError(f"dtype {self.dtype}: {info.family} supports {', '.join(info.dtypes)}")
+        self.seeds = (tuple(int(s) for s in req.seeds) if req.seeds is not None
+                      else (0, random.randrange(1, 2**31)))
+
+    def _start_candidate(self, worker_cls, scratch_config):
+        req = self.req
+        config = scratch_config(self.root, "candidate", req.device, landlock=req.landlock,
+                                display_name=req.candidate.name, triton_cache=_candidate_cache())
+        copy = Path(config["scratch"]) / "work" / req.candidate.name
+        shutil.copyfile(req.candidate, copy)
+        config["candidate"] = str(copy)
+        worker = worker_cls(config, req.device)
+        self.isolation = worker.isolation
+        return worker
+
+    def _judge(self, oracle, worker) -> None:
+        from skel.validate.judge import ShapeJudge
+        from skel.validate.roles import CandidateClient
+
+        req, info = self.req, self.info
+        roofline, arguments = oracle.describe(self.shape_list, self.dtype)
+        client = CandidateClient(worker, req.time_limit)
+        try:
+            self.rejection = client.load(req.entry or info.entry, arguments, req.candidate.name)
+            if self.rejection:
+                return
+            all_passed = True
+            for shape in self.shape_list:
+                judge = ShapeJudge(info, shape, self.dtype, oracle, client)
+                numerics = judge.run(self.seeds)
+                if judge.original_failure:
+                    self.error = f"{shape.label}: {judge.original_failure}"
+                    return
+                all_passed &= numerics.passed
+                note = "" if req.device != "cpu" else "not measured: no GPU (numerics ran in the Triton interpreter)"
+                if not numerics.passed:
+                    note = "not measured: numerics failed"
+                elif req.device != "cpu" and req.bench is None:
+                    note = "not measured: timing not requested"
+                self.verdicts[shape.label] = ShapeVerdict(shape.label, numerics, None, note)
+                if not numerics.passed and req.fail_fast:
+                    return
+            if all_passed and req.device != "cpu" and req.bench is not None and not client.conduct:
+                self._time(oracle, worker, roofline)
+        finally:
+            self.misconduct += client.conduct
+
+    def _time(self, oracle, worker, roofline) -> None:
+        from skel.validate.timing import NotMeasured, Untrusted, time_shape
+
+        req = self.req
+        self.machine = oracle.machine(req.machine)
+        for shape in self.shape_list:
+            nbytes, nflops = roofline[shape.label]
+            try:
+                perf: PerfResult | None = time_shape(oracle.worker, worker, self.info, shape, self.dtype, self.machine,
+                                                     req.bench, nbytes, nflops, req.time_limit, oracle.deadline.left())
+                note = ""
+            except NotMeasured as exc:
+                perf, note = None, f"not measured: {exc}"
+            except Untrusted as exc:
+                perf, note = None, f"not trusted: {exc}"
+                self.misconduct.append(f"timing at {shape.label} not trusted: {exc}")
+            self.verdicts[shape.label] = replace(self.verdicts[shape.label], perf=perf, perf_note=note)
+            if self.misconduct:
+                return
+
+    def _lost(self, lost, worker) -> None:
+        ending = worker.finish() if worker is not None else None
+        if lost.role == "candidate":
+            if lost.timed_out:
+                self.rejection = f"the candidate timed out: {lost}"
+            else:
+                how = ending.how() if ending else "ended its worker"
+                words = f"; its last output: {ending.last_words!r}" if ending and ending.last_words else ""
+                self.rejection = f"the candidate {how} while {lost.doing}{words}"
+        else:
+            how = f" ({ending.how()})" if ending else ""
+            self.error = f"the gate's oracle worker (spec and original kernel) stopped: {lost}{how}"
+
+    def result(self, touched: list[str]) -> GateResult:
+        req = self.req
+        if touched:
+            self.misconduct.append("the candidate changed files outside its scratch folder: " + "; ".join(touched[:6]))
+        shapes_out = tuple(
+            self.verdicts.get(s.label) or ShapeVerdict(s.label, None, None, "not run: the candidate was rejected earlier")
+            for s in self.shape_list
+        )
+        reasons = _reasons(shapes_out, self.rejection, self.error, self.misconduct, req.require, req.device)
+        measured = self.machine if any(s.perf for s in shapes_out) else None
+        return GateResult(
+            accepted=not reasons, reasons=tuple(reasons), shapes=shapes_out, family=self.info.family if self.info else "?",
+            target=str(req.kernel), candidate=str(req.candidate), dtype=self.dtype, device=req.device,
+            shape_set=self.set_name, seeds=self.seeds, error=self.error, machine=measured or req.machine,
+            isolation=self.isolation,
+        )
+
+
+def _oracle_writable() -> tuple[str, ...]:
+    """The oracle may keep the user's Triton cache warm (the original and its spec are the user's own)."""
+    import os
+
+    cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+    try:
+        os.makedirs(cache, exist_ok=True)
+    except OSError:
+        return ()
+    return (cache,)
+
+
+_CANDIDATE_CACHE: str | None = None
+
+
+def _candidate_cache() -> str:
+    """One Triton cache for the candidates this process judges (never the oracle's)."""
+    global _CANDIDATE_CACHE
+    if _CANDIDATE_CACHE is None or not Path(_CANDIDATE_CACHE).is_dir():
+        import atexit
+
+        _CANDIDATE_CACHE = tempfile.mkdtemp(prefix="skel-candidate-triton-")
+        atexit.register(shutil.rmtree, _CANDIDATE_CACHE, True)
+    return _CANDIDATE_CACHE
+
+
+def _shapes(spec: SpecInfo, shapes, device: str) -> tuple[list[Shape], str]:
     if shapes is None:
         shapes = "ci" if device == "cpu" else "decode"
     if isinstance(shapes, str):
@@ -133,12 +328,12 @@ def _shapes(spec, shapes, device: str) -> tuple[list[Shape], str]:
     return out, "custom"
 
 
-def _reasons(shapes, rejection, error, require, device) -> list[str]:
+def _reasons(shapes, rejection, error, misconduct, require, device) -> list[str]:
     if error:
         return [f"cannot judge: {error}"]
+    reasons = list(misconduct)
     if rejection:
-        return [rejection]
-    reasons = []
+        return reasons + [rejection]
     for verdict in shapes:
         if verdict.numerics is not None and not verdict.numerics.passed:
             reasons += [f"{verdict.shape} {line}" for line in verdict.numerics.failures]
@@ -156,139 +351,3 @@ def _reasons(shapes, rejection, error, require, device) -> list[str]:
     if require == "faster" and not any(v.perf.verdict == "faster" for v in measured):
         return ["require=faster: not measurably faster at any shape (every difference within noise)"]
     return []
-
-
-# -- the worker process ------------------------------------------------------------------------
-_CONTEXT = None
-
-
-def _context():
-    """A fork server with torch preloaded (no CUDA context: children may make one). Triton is
-    left out on purpose: TRITON_INTERPRET must be set before triton is imported (its standard
-    library functions are jitted at import), and the worker decides that per request."""
-    global _CONTEXT
-    if _CONTEXT is None:
-        method = os.environ.get("SKEL_GATE_START_METHOD") or (
-            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        )
-        ctx = multiprocessing.get_context(method)
-        if method == "forkserver":
-            ctx.set_forkserver_preload(["torch", "skel.validate.worker", "skel.validate.judge"])
-        _CONTEXT = ctx
-    return _CONTEXT
-
-
-def _run_worker(request, time_limit: float, total_time_limit: float | None):
-    """Returns (verdicts by shape label, rejection or None, error or None, the machine the worker measured or None)."""
-    from skel.validate.worker import main
-
-    ctx = _context()
-    with tempfile.NamedTemporaryFile(prefix="skel-gate-", suffix=".log", delete=False) as log:
-        log_path = log.name
-    request = _with_log(request, log_path)
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=main, args=(request, sender), daemon=True)
-    proc.start()
-    sender.close()
-    verdicts: dict[str, ShapeVerdict] = {}
-    perf: dict[str, tuple[PerfResult | None, str]] = {}
-    outcome = None
-    machine = None
-    doing = "starting the worker"
-    in_candidate = False
-    call_deadline = None
-    deadline = time.monotonic() + total_time_limit if total_time_limit else None
-    try:
-        while outcome is None:
-            limits = [d for d in (call_deadline, deadline) if d is not None]
-            wait = min(limits) - time.monotonic() if limits else 1.0
-            if wait <= 0:
-                proc.kill()
-                proc.join()
-                limit = time_limit if call_deadline is not None and call_deadline <= time.monotonic() else total_time_limit
-                what = f"the candidate timed out: no progress for {limit:g} s while {doing}"
-                return _merge(verdicts, perf), what if in_candidate else None, None if in_candidate else what, machine
-            if not receiver.poll(min(wait, 1.0)):
-                if not proc.is_alive() and not receiver.poll(0.1):
-                    break
-                continue
-            try:
-                kind, payload = receiver.recv()
-            except (EOFError, OSError):
-                break
-            if kind == "stage":
-                doing, in_candidate, call_deadline = payload, False, None
-            elif kind == "call":
-                doing, in_candidate = payload, True
-                call_deadline = time.monotonic() + time_limit
-            elif kind == "done":
-                in_candidate, call_deadline = False, None
-            elif kind == "shape":
-                verdicts[payload.shape] = payload
-            elif kind == "perf":
-                perf[payload[0]] = (payload[1], payload[2])
-            elif kind == "machine":
-                machine = payload
-            elif kind == "result":
-                outcome = payload
-        proc.join(timeout=30)
-        if outcome is None:
-            code = proc.exitcode
-            if code is not None and code < 0:
-                how = f"crashed the worker process ({_signal_name(-code)})"
-            else:
-                how = f"ended the worker process (exit status {code}) without a verdict"
-            what = f"the candidate {how} while {doing}{_last_words(log_path)}"
-            if in_candidate:
-                return _merge(verdicts, perf), what, None, machine
-            return _merge(verdicts, perf), None, f"the gate's worker died while {doing} ({how.split(' ', 1)[1]})", machine
-        if outcome.internal:
-            raise RuntimeError(f"internal error in the gate worker:\n{outcome.internal}")
-        return _merge(verdicts, perf), outcome.rejection, outcome.error, machine
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        receiver.close()
-        try:
-            os.unlink(log_path)
-        except OSError:
-            pass
-
-
-def _last_words(log_path: str) -> str:
-    """The worker's last line of output (a device assert, 'Fatal Python error: ...'), if any."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    if not lines:
-        return ""
-    last = lines[-1] if len(lines[-1]) <= 160 else lines[-1][:157] + "..."
-    return f"; its last output: {last!r}"
-
-
-def _with_log(request, log_path: str):
-    from dataclasses import replace
-
-    return replace(request, log=log_path)
-
-
-def _merge(verdicts: dict[str, ShapeVerdict], perf: dict) -> dict[str, ShapeVerdict]:
-    from dataclasses import replace
-
-    out = dict(verdicts)
-    for label, (result, note) in perf.items():
-        if label in out:
-            out[label] = replace(out[label], perf=result, perf_note=note)
-    return out
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

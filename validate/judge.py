@@ -1,24 +1,24 @@
-"""Numerics of one shape: both oracles, several seeds, and the cheats a person would name.
+"""Numerics of one shape, decided in the judge: both oracles, several seeds, and the cheats a person
+would name.
 
-Per seed: fresh inputs, the float64 reference on a copy, the original kernel on a copy, then
-the candidate on a copy with its allocations poisoned (NaN); every input the spec does not
-declare in-place must come back bit-identical. After the seeds, the candidate's error against
-the reference is compared with the original's (a precision downgrade is a rejection even
+Per seed the oracle worker makes fresh inputs and runs the float64 reference and the original
+kernel; the candidate worker runs the candidate on a copy of the same inputs with its allocations
+poisoned (NaN). Every tensor crosses to the judge as data, and every comparison happens here, in a
+process that runs no kernel code: every input the spec does not declare in-place must come back
+bit-identical, outputs are compared with both oracles, and after the seeds the candidate's error
+against the reference is compared with the original's (a precision downgrade is a rejection even
 inside the tolerance).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
 import torch
 
-from skel.validate.numerics import (
-    CallFailed, CallResult, clone_inputs, compare, nonfinite, poison_allocator, poisoned_allocations, run_call,
-)
+from skel.validate.numerics import compare, modified_inputs, nonfinite
 from skel.validate.result import NumericsResult, OutputNumerics
-from skel.validate.spec import Shape, TargetSpec, Tolerance, dtype_name
+from skel.validate.roles import CandidateCall, CandidateClient, Case, OracleClient
+from skel.validate.spec import Shape, SpecInfo, Tolerance, dtype_name
 
 # A candidate may be less accurate than the original by this factor before it counts as a
 # precision downgrade (measured against the float64 reference, worst seed of a shape) ...
@@ -49,14 +49,11 @@ class _Worst:
 
 
 class ShapeJudge:
-    """Numerics for one shape across seeds. ``notify(kind, text)`` reports progress so the
-    parent can time a single candidate call ("call" before, "done" after)."""
+    """Numerics for one shape across seeds, the oracle's and the candidate's data compared here."""
 
-    def __init__(self, spec: TargetSpec, shape: Shape, dtype: str, device: str, original: Callable,
-                 candidate: Callable, candidate_path: Path, notify: Callable[[str, str], None]):
-        self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
-        self.original, self.candidate, self.candidate_path = original, candidate, candidate_path
-        self.notify = notify
+    def __init__(self, spec: SpecInfo, shape: Shape, dtype: str, oracle: OracleClient, candidate: CandidateClient):
+        self.spec, self.shape, self.dtype = spec, shape, dtype
+        self.oracle, self.candidate = oracle, candidate
         self.failures: list[str] = []
         self.original_failure: str | None = None
         self.worst: dict[str, _Worst] = {}
@@ -72,23 +69,23 @@ class ShapeJudge:
         passed = not self.failures and self.original_failure is None
         return NumericsResult(passed, tuple(seeds), outputs, tuple(self.failures))
 
-    # -- one seed -------------------------------------------------------------------------
+    # -- one seed -------------------------------------------------------------------------------------
     def _seed(self, seed: int) -> bool:
         spec = self.spec
-        inputs = spec.make_inputs(self.shape, self.dtype, seed, self.device)
-        ref = spec.reference(**clone_inputs(inputs))
-        compared = spec.outputs + spec.inplace
-        try:
-            base = run_call(self.original, inputs, spec, self.device, None)
-        except CallFailed as exc:
-            self.original_failure = f"the original kernel {exc} at seed {seed}"
+        case = self.oracle.case(self.shape, self.dtype, seed)
+        if case.original_failure:
+            self.original_failure = f"the original kernel {case.original_failure} at seed {seed}"
             return False
-        for name in compared:
+        for name in spec.outputs + spec.inplace:
             if name in spec.checks:
                 continue
-            self.out_dtypes[name] = dtype_name(base.outputs[name].dtype)
-            bad = nonfinite(name, base.outputs[name])
-            cmp = None if bad else compare(base.outputs[name], ref[name], self._tol(name))
+            base, ref = case.base.get(name), case.ref.get(name)
+            if base is None or ref is None:
+                self.original_failure = f"the spec's reference or the original gives no '{name}' at seed {seed}"
+                return False
+            self.out_dtypes[name] = dtype_name(base.dtype)
+            bad = nonfinite(name, base)
+            cmp = None if bad else compare(base, ref, self._tol(name))
             if bad or not cmp.passed:
                 self.original_failure = (
                     f"the original kernel fails the float64 reference at seed {seed}: "
@@ -97,34 +94,33 @@ class ShapeJudge:
                 return False
             self._worst(name).update("original_rel_rms", cmp.rel_rms)
 
-        poison_allocator({n: base.outputs[n] for n in spec.outputs})
-        self.notify("call", f"shape {self.shape.label} seed {seed}")
-        try:
-            with poisoned_allocations():
-                cand = run_call(self.candidate, inputs, spec, self.device, self.candidate_path)
-        except CallFailed as exc:
-            self.notify("done", "")
-            self.failures.append(f"seed {seed}: the candidate {exc}")
+        call = self.candidate.call(case, spec.outputs, spec.inplace, f"calling the candidate at {self.shape.label}"
+                                   f" seed {seed}")
+        if isinstance(call, str):
+            self.failures.append(f"seed {seed}: the candidate {call}")
             return False
-        self.notify("done", "")
-        return self._judge(seed, inputs, ref, base, cand)
+        return self._judge(seed, case, call)
 
-    def _judge(self, seed: int, inputs: dict, ref: dict, base: CallResult, cand: CallResult) -> bool:
+    def _judge(self, seed: int, case: Case, call: CandidateCall) -> bool:
         spec = self.spec
         before = len(self.failures)
         fail = lambda text: self.failures.append(f"seed {seed}: {text}")  # noqa: E731
-        for line in cand.modified + cand.aliased:
+        for line in modified_inputs(case.tensors, call.args, spec.inplace) + call.aliased:
             fail(f"the candidate {line}")
         for name in spec.outputs + spec.inplace:
-            got = cand.outputs[name]
+            got = call.outputs.get(name) if name in spec.outputs else call.args.get(name)
             w = self._worst(name)
+            if got is None:
+                w.passed = False
+                fail(f"'{name}' was not handed over by the candidate's worker")
+                continue
             if name in spec.checks:
-                problem = spec.checks[name](got, ref, inputs)
+                problem = self.oracle.check(name, got)
                 if problem:
                     w.passed = False
                     fail(f"'{name}': {problem}")
                 continue
-            expected = ref[name]
+            expected = case.ref[name]
             if tuple(got.shape) != tuple(expected.shape):
                 w.passed = False
                 fail(f"'{name}' has shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
@@ -134,9 +130,9 @@ class ShapeJudge:
                 w.passed = False
                 fail(bad)
                 continue
-            cheat = self._named_cheat(name, got, expected, inputs)
+            cheat = self._named_cheat(name, got, expected, case.tensors)
             cmp = compare(got, expected, self._tol(name))
-            diff = compare(got, base.outputs[name], self._tol(name))
+            diff = compare(got, case.base[name], self._tol(name))
             w.update("rel_rms", cmp.rel_rms)
             w.update("max_abs", cmp.max_abs)
             w.update("diff_rel_rms", diff.rel_rms)
@@ -152,12 +148,13 @@ class ShapeJudge:
                 w.passed = False
                 fail(f"'{name}' differs from the original kernel and is no closer to the reference: {diff.detail}")
         for name in spec.outputs:
-            self._previous[name] = (cand.outputs[name].detach().clone(), ref[name])
+            if name in call.outputs and name in case.ref:
+                self._previous[name] = (call.outputs[name], case.ref[name])
         return len(self.failures) == before
 
     def _named_cheat(self, name: str, got: torch.Tensor, expected: torch.Tensor, inputs: dict) -> str | None:
         """Diagnoses a person recognises at once, checked before the generic error message."""
-        if name in self.spec.inplace:
+        if name in self.spec.inplace and name in inputs:
             start = inputs[name]
             if torch.equal(got, start) and not torch.equal(expected, start.to(expected.dtype)):
                 return f"'{name}' was not updated in place (it still equals its input) though the reference changes it"

@@ -1,7 +1,7 @@
 """Numerics building blocks: error metrics, one guarded launcher call, allocation poisoning.
 
-Runs inside the worker process (it calls untrusted candidate code); ``judge.ShapeJudge``
-puts these together per shape and seed.
+The comparisons run in the judge (``judge.ShapeJudge``); ``run_call`` and the poisoning run in a
+worker, next to the code they call.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from skel.validate.spec import TargetSpec, Tolerance
-
+from skel.validate.spec import Tolerance
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,7 @@ class CallFailed(Exception):
 
 @dataclass
 class CallResult:
-    outputs: dict[str, torch.Tensor]
-    modified: list[str] = field(default_factory=list)  # one line per input changed in place
+    outputs: dict[str, torch.Tensor]  # returned tensors by name, then the in-place inputs after the call
     aliased: list[str] = field(default_factory=list)
 
 
@@ -109,9 +107,10 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_call(fn: Callable, inputs: dict[str, Any], spec: TargetSpec, device: str, source: Path | None) -> CallResult:
-    """Call ``fn(**copy of inputs)``; collect outputs (returned + in-place), check the inputs."""
-    args = clone_inputs(inputs)
+def run_call(fn: Callable, args: dict[str, Any], outputs: tuple[str, ...], inplace: tuple[str, ...], device: str,
+             source: Path | None) -> CallResult:
+    """Call ``fn(**args)`` on this process's own tensors (the call may update them in place) and collect
+    the outputs: the returned tensors by name, then the in-place inputs after the call."""
     try:
         ret = fn(**args)
         synchronize(device)
@@ -119,42 +118,49 @@ def run_call(fn: Callable, inputs: dict[str, Any], spec: TargetSpec, device: str
         raise
     except BaseException as exc:  # SystemExit from a launcher is the candidate's failure too
         raise CallFailed(f"raised {describe_exception(exc, source)}") from None
-    values = (ret,) if len(spec.outputs) == 1 and isinstance(ret, torch.Tensor) else ret
-    if not isinstance(values, (tuple, list)) or len(values) != len(spec.outputs) or not all(
+    values = (ret,) if len(outputs) == 1 and isinstance(ret, torch.Tensor) else ret
+    if not isinstance(values, (tuple, list)) or len(values) != len(outputs) or not all(
         isinstance(v, torch.Tensor) for v in values
     ):
-        raise CallFailed(
-            f"returned {_kind(ret)}; expected {len(spec.outputs)} tensor(s) ({', '.join(spec.outputs)})"
-        )
-    outputs = dict(zip(spec.outputs, values))
-    result = CallResult(outputs)
-    for name in spec.inplace:
-        outputs[name] = args[name]
-    for name, before in inputs.items():
-        if not isinstance(before, torch.Tensor) or name in spec.inplace:
-            continue
-        after = args[name]
-        if not torch.equal(after, before):
-            changed = after.reshape(-1) != before.reshape(-1)
-            flat = _first(changed) if bool(changed.any()) else 0
-            allowed = ", ".join(f"'{n}'" for n in spec.inplace) or "none"
-            result.modified.append(
-                f"modified its input '{name}' (first change at {index_str(flat, tuple(before.shape))}:"
-                f" {float(before.reshape(-1)[flat]):.6g} -> {float(after.reshape(-1)[flat]):.6g});"
-                f" inputs it may update in place: {allowed}"
-            )
+        raise CallFailed(f"returned {_kind(ret)}; expected {len(outputs)} tensor(s) ({', '.join(outputs)})")
+    result = CallResult(dict(zip(outputs, values)))
+    for name in inplace:
+        result.outputs[name] = args[name]
     # Returning an in-place input (an updated state handed back) is legitimate; returning any
     # other input as an output is not.
     storages = {
         name: t.untyped_storage().data_ptr()
         for name, t in args.items()
-        if isinstance(t, torch.Tensor) and name not in spec.inplace
+        if isinstance(t, torch.Tensor) and name not in inplace
     }
-    for out_name, out in zip(spec.outputs, values):
+    for out_name, out in zip(outputs, values):
         for in_name, ptr in storages.items():
             if out.untyped_storage().data_ptr() == ptr:
                 result.aliased.append(f"returned '{out_name}' shares memory with its input '{in_name}'")
     return result
+
+
+def modified_inputs(before: dict[str, Any], after: dict[str, Any], inplace: tuple[str, ...]) -> list[str]:
+    """One line per tensor input (not declared in-place) that differs after the call from before it."""
+    lines = []
+    allowed = ", ".join(f"'{n}'" for n in inplace) or "none"
+    for name, old in before.items():
+        if not isinstance(old, torch.Tensor) or name in inplace or name not in after:
+            continue
+        new = after[name]
+        if new.shape == old.shape and torch.equal(new, old):
+            continue
+        if new.shape != old.shape:
+            lines.append(f"modified its input '{name}' (shape {tuple(old.shape)} -> {tuple(new.shape)})")
+            continue
+        changed = new.reshape(-1) != old.reshape(-1)
+        flat = _first(changed) if bool(changed.any()) else 0
+        lines.append(
+            f"modified its input '{name}' (first change at {index_str(flat, tuple(old.shape))}:"
+            f" {float(old.reshape(-1)[flat]):.6g} -> {float(new.reshape(-1)[flat]):.6g});"
+            f" inputs it may update in place: {allowed}"
+        )
+    return lines
 
 
 def _kind(value: Any) -> str:

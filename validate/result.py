@@ -84,6 +84,7 @@ class GateResult:
 
     error: set when the gate could not judge at all (the original kernel fails its own
     spec, crashes, or the target is unusable): the input is bad, not the candidate.
+    isolation: what contained the candidate's worker (``sandbox.Isolation.to_dict``).
     """
 
     accepted: bool
@@ -98,6 +99,7 @@ class GateResult:
     seeds: tuple[int, ...]
     error: str | None = None
     machine: object | None = None  # bench.Machine the roofline used (None: nothing was timed)
+    isolation: dict | None = None  # sandbox.Isolation of the candidate's worker, as a dict (summary: one line)
 
     @property
     def faster_at(self) -> tuple[str, ...]:

@@ -119,21 +119,74 @@ class TargetSpec:
             raise ValueError(f"TargetSpec {self.family}: no outputs declared")
 
     def tolerance(self, dtype_name: str) -> Tolerance:
-        try:
-            return self.tolerances[dtype_name]
-        except KeyError:
-            raise KeyError(
-                f"TargetSpec {self.family}: no tolerance for outputs of dtype {dtype_name}"
-                f" (has {sorted(self.tolerances)})"
-            ) from None
+        return _tolerance(self.family, self.tolerances, dtype_name)
 
     def shapes(self, name: str) -> tuple[Shape, ...]:
-        try:
-            return self.shape_sets[name]
-        except KeyError:
-            raise KeyError(
-                f"TargetSpec {self.family}: no shape set {name!r} (has {sorted(self.shape_sets)})"
-            ) from None
+        return _shape_set(self.family, self.shape_sets, name)
+
+    def info(self) -> "SpecInfo":
+        return SpecInfo(self.family, self.entry, self.outputs, self.inplace, dict(self.shape_sets),
+                        dict(self.tolerances), self.dtypes, tuple(self.checks), self.description, self.dims)
+
+
+def _tolerance(family: str, tolerances: Mapping[str, Tolerance], dtype_name: str) -> Tolerance:
+    try:
+        return tolerances[dtype_name]
+    except KeyError:
+        raise KeyError(
+            f"TargetSpec {family}: no tolerance for outputs of dtype {dtype_name} (has {sorted(tolerances)})"
+        ) from None
+
+
+def _shape_set(family: str, shape_sets: Mapping[str, tuple[Shape, ...]], name: str) -> tuple[Shape, ...]:
+    try:
+        return shape_sets[name]
+    except KeyError:
+        raise KeyError(f"TargetSpec {family}: no shape set {name!r} (has {sorted(shape_sets)})") from None
+
+
+@dataclass(frozen=True)
+class SpecInfo:
+    """A spec's data without its code: what the judge knows of a target. The spec itself (input
+    factory, reference, custom checks, roofline formulas) runs only in the oracle worker; this
+    crosses to the judge as JSON."""
+
+    family: str
+    entry: str
+    outputs: tuple[str, ...]
+    inplace: tuple[str, ...]
+    shape_sets: Mapping[str, tuple[Shape, ...]]
+    tolerances: Mapping[str, Tolerance]
+    dtypes: tuple[str, ...]
+    checks: tuple[str, ...]  # outputs judged by the spec's own check (in the oracle worker)
+    description: str = ""
+    dims: tuple[tuple[str, str], ...] = ()
+
+    def tolerance(self, dtype_name: str) -> Tolerance:
+        return _tolerance(self.family, self.tolerances, dtype_name)
+
+    def shapes(self, name: str) -> tuple[Shape, ...]:
+        return _shape_set(self.family, self.shape_sets, name)
+
+    def to_json(self) -> dict:
+        return {
+            "family": self.family, "entry": self.entry, "outputs": list(self.outputs), "inplace": list(self.inplace),
+            "shape_sets": {k: [s.label for s in v] for k, v in self.shape_sets.items()},
+            "tolerances": {k: [t.rel_rms, t.max_abs] for k, t in self.tolerances.items()},
+            "dtypes": list(self.dtypes), "checks": list(self.checks), "description": self.description,
+            "dims": [list(d) for d in self.dims],
+        }
+
+    @classmethod
+    def from_json(cls, value: dict) -> "SpecInfo":
+        return cls(
+            family=str(value["family"]), entry=str(value["entry"]), outputs=tuple(value["outputs"]),
+            inplace=tuple(value["inplace"]),
+            shape_sets={k: tuple(Shape.parse(s) for s in v) for k, v in value["shape_sets"].items()},
+            tolerances={k: Tolerance(float(r), float(a)) for k, (r, a) in value["tolerances"].items()},
+            dtypes=tuple(value["dtypes"]), checks=tuple(value["checks"]), description=str(value["description"]),
+            dims=tuple((str(a), str(b)) for a, b in value["dims"]),
+        )
 
 
 def dtype_name(dtype: Any) -> str:

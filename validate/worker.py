@@ -1,148 +1,319 @@
-"""The gate's worker process: loads the original and the candidate, runs numerics and the
-benchmark, and streams its verdicts back over a pipe.
+"""The gate's workers: the processes that run kernel code, each contained, each serving the judge.
 
-Everything that executes candidate code runs here, in a process of its own, so a candidate
-that hangs, aborts or segfaults takes down only this process. Messages sent to the parent:
-("stage", text), ("call", text) before and ("done", "") after each stretch of candidate code
-(the parent times those against the per-call limit), ("shape", ShapeVerdict) as each shape
-is judged, ("machine", Machine) when it measured the roofline's rates itself, and finally
-("result", Outcome).
+Two roles, never in one process:
+- the **oracle** loads the spec and the original kernel: it makes the inputs, runs the float64
+  reference and the original, runs the spec's custom checks on data the judge sends, measures the
+  device, and times the original. It never imports the candidate.
+- the **candidate** worker loads the candidate file (a copy in its scratch folder) and calls its
+  launcher on inputs the judge sends, and times it. It never sees a reference output.
+
+A worker answers each request with one JSON message; tensors it hands over are announced by
+``TensorMeta`` and written, on the judge's next "write" request, into a shared block the judge
+made. Nothing a worker says can make the judge accept: the judge compares, checks and decides.
+What a candidate worker reports about itself (files it tried to write, gate code it replaced,
+outputs aliasing inputs) can only count against it.
 """
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-from skel.validate.result import ShapeVerdict
-
-
-@dataclass(frozen=True)
-class Request:
-    kernel: str  # the original kernel file
-    spec: str  # its spec file
-    candidate: str  # the candidate file
-    entry: str  # launcher name in both files
-    shapes: tuple[str, ...]  # shape labels, in order
-    seeds: tuple[int, ...]
-    dtype: str
-    device: str  # "cpu" (numerics in the Triton interpreter) or "cuda"
-    bench: object | None  # BenchConfig, or None to skip timing
-    fail_fast: bool = True
-    log: str = os.devnull  # where the worker's stdout/stderr go (candidates may print)
-    machine: object | None = None  # bench.Machine: the roofline's rates, measured by an earlier worker; None: measure
+from skel.validate import channel
+from skel.validate.channel import Block, TensorMeta
 
 
-@dataclass(frozen=True)
-class Outcome:
-    rejection: str | None = None  # the candidate is unusable (import, launcher, signature)
-    error: str | None = None  # the gate cannot judge (the original or its spec is broken)
-    internal: str | None = None  # a bug in the gate itself: full traceback
+def run(config: dict, chan_fd: int) -> None:
+    """The worker's body (in the process the supervisor forked): contain, load, serve."""
+    _redirect(config["log"])
+    from skel.validate import sandbox
 
-
-def _redirect(log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-def main(request: Request, conn) -> None:
-    _redirect(request.log)
+    writable = tuple(config.get("writable", ()))
+    isolation = sandbox.contain(config["scratch"], writable, (chan_fd,), landlock=bool(config.get("landlock", True)),
+                                triton_cache=config.get("triton_cache"))
     # Chosen before any kernel module is loaded: triton.jit reads it when a kernel is defined.
-    if request.device == "cpu":
+    if config["device"] == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ.pop("TRITON_INTERPRET", None)
+    sock = socket.socket(fileno=chan_fd)
+    hello = {"ready": True, "pid": os.getpid(), "isolation": isolation.to_dict()}
     if "triton" in sys.modules:  # its jitted standard library would be in the wrong mode
-        conn.send(("result", Outcome(internal="triton was imported before the worker chose TRITON_INTERPRET")))
-        conn.close()
-        return
-    try:
-        outcome = _run(request, lambda kind, payload: conn.send((kind, payload)))
-    except BaseException:  # the gate's own failure: report it whole, it is not the candidate's
-        outcome = Outcome(internal=traceback.format_exc())
-    conn.send(("result", outcome))
-    conn.close()
+        hello = {"internal": "triton was imported before the worker chose TRITON_INTERPRET"}
+    channel.send(sock, hello)
+    role = Oracle(config) if config["role"] == "oracle" else Candidate(config)
+    role.serve(sock)
 
 
-def _run(request: Request, send) -> Outcome:
-    from skel.validate.load import TargetError, load_module, load_spec, signature_problem
-    from skel.validate.judge import ShapeJudge
-    from skel.validate.numerics import describe_exception
-    from skel.validate.spec import Shape
-
-    try:
-        spec = load_spec(request.spec)
-    except TargetError as exc:
-        return Outcome(error=str(exc))
-    send("stage", "loading the original kernel")
-    kernel_path = Path(request.kernel)
-    try:
-        original_module = load_module(kernel_path, "original")
-    except Exception as exc:
-        return Outcome(error=f"the original kernel {kernel_path} does not import: {describe_exception(exc, kernel_path)}")
-    original = getattr(original_module, request.entry, None)
-    if not callable(original):
-        return Outcome(error=f"the original kernel {kernel_path} defines no launcher '{request.entry}'")
-
-    cand_path = Path(request.candidate)
-    send("call", f"importing the candidate {cand_path.name}")
-    try:
-        cand_module = load_module(cand_path, "candidate")
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module body too
-        return Outcome(rejection=f"the candidate {cand_path.name} does not import: {describe_exception(exc, cand_path)}")
-    send("done", "")
-    candidate = getattr(cand_module, request.entry, None)
-    if candidate is None:
-        return Outcome(rejection=f"the candidate {cand_path.name} defines no launcher '{request.entry}'")
-    if not callable(candidate):
-        return Outcome(rejection=f"the candidate's '{request.entry}' is a {type(candidate).__name__}, not a function")
-    shapes = [Shape.parse(label) for label in request.shapes]
-    names = tuple(spec.make_inputs(shapes[0], request.dtype, 0, request.device))
-    problem = signature_problem(candidate, names)
-    if problem:
-        return Outcome(rejection=f"the candidate's launcher has the wrong signature: {problem}")
-
-    all_passed = True
-    for shape in shapes:
-        send("stage", f"numerics at {shape.label}")
-        judge = ShapeJudge(spec, shape, request.dtype, request.device, original, candidate, cand_path, send)
-        numerics = judge.run(request.seeds)
-        if judge.original_failure:
-            return Outcome(error=f"{shape.label}: {judge.original_failure}")
-        all_passed &= numerics.passed
-        note = "" if request.device != "cpu" else "not measured: no GPU (numerics ran in the Triton interpreter)"
-        if not numerics.passed:
-            note = "not measured: numerics failed"
-        elif request.device != "cpu" and request.bench is None:
-            note = "not measured: timing not requested"
-        send("shape", ShapeVerdict(shape.label, numerics, None, note))
-        if not numerics.passed and request.fail_fast:
-            return Outcome()
-    if all_passed and request.device != "cpu" and request.bench is not None:
-        _benchmark(request, spec, shapes, original, candidate, send)
-    return Outcome()
+def _redirect(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(null, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(null)
 
 
-def _benchmark(request: Request, spec, shapes, original, candidate, send) -> None:
-    from skel.validate.bench import benchmark_shape, measure_machine
+class Role:
+    """The request loop and what both roles share: blocks, tensors to hand over, GPU timing."""
 
-    machine = request.machine
-    if machine is None:
-        send("stage", "measuring copy bandwidth and matmul rate")
-        machine = measure_machine()
-        send("machine", machine)
-    for shape in shapes:
-        send("call", f"benchmarking {shape.label}")
+    def __init__(self, config: dict):
+        self.config = config
+        self.device: str = config["device"]
+        self.blocks: dict[int, Block] = {}
+        self.pending: list[tuple[TensorMeta, Any]] = []
+        self.timer = None
+
+    def serve(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                message, fds = channel.receive(sock, accept_fds=True)
+            except (channel.ChannelClosed, OSError):
+                return
+            for spec, fd in zip(message.get("new_blocks", ()), fds):
+                old = self.blocks.pop(int(spec["id"]), None)
+                if old:
+                    old.close()
+                self.blocks[int(spec["id"])] = Block(int(spec["size"]), fd)
+            op = message.get("op")
+            if op == "bye":
+                channel.send(sock, {"bye": True})
+                return
+            handler = getattr(self, f"op_{op}", None)
+            try:
+                reply = handler(message) if handler else {"internal": f"unknown request {op!r}"}
+            except Exception:
+                reply = {"internal": traceback.format_exc()[-4000:]}
+            reply.update(self.notes())
+            channel.send(sock, reply)
+
+    def notes(self) -> dict:
+        return {}
+
+    # -- tensors --------------------------------------------------------------------------------------
+    def hand_over(self, named: list[tuple[str, Any]]) -> list[dict]:
+        """Keep ``named`` tensors for the judge's next "write"; returns their descriptions."""
+        self.pending = [(channel.meta_of(name, t), t) for name, t in named]
+        return [meta.to_json() for meta, _ in self.pending]
+
+    def op_write(self, message: dict) -> dict:
+        block = self.blocks[int(message["block"])]
+        offsets = [int(o) for o in message["offsets"]]
+        channel.write_tensors(block, [m for m, _ in self.pending], offsets, [t for _, t in self.pending])
+        self.pending = []
+        return {"written": True}
+
+    def received(self, message: dict) -> dict[str, Any]:
+        """The tensors (own copies on this worker's device) and plain values a request carries."""
+        args: dict[str, Any] = {k: channel.decode_value(v) for k, v in message.get("values", {}).items()}
+        upload = message.get("tensors")
+        if upload:
+            block = self.blocks[int(upload["block"])]
+            metas = [TensorMeta.from_json(m) for m in upload["metas"]]
+            args.update(channel.read_tensors(block, metas, [int(o) for o in upload["offsets"]], self.device))
+        return args
+
+    # -- timing (GPU) -------------------------------------------------------------------------------------
+    def start_timer(self, fn: Callable, arg_sets: list[dict], message: dict) -> dict:
+        from skel.validate.bench import GraphTimer
+
+        self.timer = GraphTimer(fn, arg_sets, tuple(message["inplace"]), int(message["min_graph_calls"]))
+        return {"per_graph": self.timer.per_graph}
+
+    def op_replay(self, message: dict) -> dict:
+        return {"us": self.timer.replay(int(message["reps"]))}
+
+    def op_timed_results(self, message: dict) -> dict:
+        return {"tensors": self.hand_over(self.timer.results())}
+
+
+class Oracle(Role):
+    """Spec and original kernel: inputs, the float64 reference, the original's outputs, timing A."""
+
+    def __init__(self, config: dict):
+        super().__init__(config)
+        self.spec = None
+        self.original = None
+        self.case: dict | None = None
+        self.sets: list[dict] = []
+
+    def op_hello(self, message: dict) -> dict:
+        from skel.validate.load import TargetError, load_module, load_spec
+        from skel.validate.numerics import describe_exception
+
         try:
-            perf = benchmark_shape(spec, shape, request.dtype, original, candidate, machine, request.bench)
-            note = ""
-        except RuntimeError as exc:
-            perf, note = None, f"not measured: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        send("done", "")
-        send("perf", (shape.label, perf, note))
+            self.spec = load_spec(self.config["spec"])
+        except TargetError as exc:
+            return {"error": str(exc)}
+        info = self.spec.info().to_json()
+        if not message.get("load_kernel", True):
+            return {"spec": info}
+        kernel = Path(self.config["kernel"])
+        try:
+            module = load_module(kernel, "original")
+        except Exception as exc:
+            return {"error": f"the original kernel {kernel} does not import: {describe_exception(exc, kernel)}"}
+        entry = self.config.get("entry") or self.spec.entry
+        self.original = getattr(module, entry, None)
+        if not callable(self.original):
+            return {"error": f"the original kernel {kernel} defines no launcher '{entry}'"}
+        return {"spec": info}
+
+    def op_describe(self, message: dict) -> dict:
+        """Roofline bytes/FLOPs per shape and the launcher's argument names (from the first shape's inputs)."""
+        from skel.validate.spec import Shape
+
+        dtype = message["dtype"]
+        shapes = [Shape.parse(label) for label in message["shapes"]]
+        names = list(self.spec.make_inputs(shapes[0], dtype, 0, "cpu" if self.device == "cpu" else self.device))
+        return {"roofline": {s.label: [int(self.spec.bytes(s, dtype)), int(self.spec.flops(s, dtype))] for s in shapes},
+                "arguments": names}
+
+    def op_case(self, message: dict) -> dict:
+        """Fresh inputs for (shape, dtype, seed), the reference on a copy, the original on a copy."""
+        from skel.validate.numerics import CallFailed, clone_inputs, run_call
+        from skel.validate.spec import Shape
+
+        spec = self.spec
+        shape = Shape.parse(message["shape"])
+        inputs = spec.make_inputs(shape, message["dtype"], int(message["seed"]), self.device)
+        values, tensors = _split(inputs)
+        ref = spec.reference(**clone_inputs(inputs))
+        self.case = {"inputs": inputs, "ref": ref}
+        named = [(f"in.{k}", v) for k, v in tensors.items()]
+        named += [(f"ref.{k}", v) for k, v in ref.items() if _is_tensor(v)]
+        reply: dict = {"values": values}
+        try:
+            base = run_call(self.original, clone_inputs(inputs), spec.outputs, spec.inplace, self.device, None)
+            named += [(f"base.{k}", v) for k, v in base.outputs.items()]
+        except CallFailed as exc:
+            reply["original_failure"] = str(exc)
+        reply["tensors"] = self.hand_over(named)
+        return reply
+
+    def op_check(self, message: dict) -> dict:
+        """The spec's own check of a candidate output (data from the judge) against this case."""
+        got = self.received(message)["got"]
+        problem = self.spec.checks[message["name"]](got, self.case["ref"], self.case["inputs"])
+        return {"problem": None if problem is None else str(problem)}
+
+    def op_machine(self, message: dict) -> dict:
+        from skel.validate.bench import Machine, measure_machine
+
+        known = Machine.from_json(message["known"]) if message.get("known") else None
+        return {"machine": measure_machine(known).to_json()}
+
+    def op_bench_inputs(self, message: dict) -> dict:
+        """The timing input sets (kept here for A; handed to the judge for B)."""
+        from skel.validate.spec import Shape
+
+        shape = Shape.parse(message["shape"])
+        self.sets = [self.spec.make_inputs(shape, message["dtype"], int(message["seed_base"]) + i, "cuda")
+                     for i in range(int(message["sets"]))]
+        named, values = [], []
+        for i, inputs in enumerate(self.sets):
+            plain, tensors = _split(inputs)
+            values.append(plain)
+            named += [(f"set{i}.{k}", v) for k, v in tensors.items()]
+        return {"tensors": self.hand_over(named), "set_values": values}
+
+    def op_bench_setup(self, message: dict) -> dict:
+        return self.start_timer(self.original, self.sets, message)
+
+
+class Candidate(Role):
+    """The candidate's launcher on the judge's inputs; timing B. Reports its own misconduct."""
+
+    def __init__(self, config: dict):
+        super().__init__(config)
+        self.launcher = None
+        self.path = Path(config["candidate"])
+        self.watch = None
+
+    def notes(self) -> dict:
+        if self.watch is None:
+            return {}
+        return {"conduct": self.watch.findings()}
+
+    def op_load(self, message: dict) -> dict:
+        from skel.validate.conduct import Watch
+        from skel.validate.load import load_module, signature_problem
+        from skel.validate.numerics import describe_exception
+
+        name = self.config["display_name"]
+        self.watch = Watch(self.config["scratch"])
+        try:
+            module = load_module(self.path, "candidate")
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module body too
+            return {"rejection": f"the candidate {name} does not import: {describe_exception(exc, self.path)}"}
+        entry = message["entry"]
+        launcher = getattr(module, entry, None)
+        if launcher is None:
+            return {"rejection": f"the candidate {name} defines no launcher '{entry}'"}
+        if not callable(launcher):
+            return {"rejection": f"the candidate's '{entry}' is a {type(launcher).__name__}, not a function"}
+        problem = signature_problem(launcher, tuple(message["arguments"]))
+        if problem:
+            return {"rejection": f"the candidate's launcher has the wrong signature: {problem}"}
+        self.launcher = launcher
+        return {"loaded": True}
+
+    def op_call(self, message: dict) -> dict:
+        """One call on the judge's inputs, its allocations poisoned; hands over the outputs and every
+        tensor argument as the call left it (the judge checks that inputs are unchanged)."""
+        from skel.validate.numerics import CallFailed, poison_allocator, poisoned_allocations, run_call
+
+        args = self.received(message)
+        outputs, inplace = tuple(message["outputs"]), tuple(message["inplace"])
+        poison_allocator({m["name"]: _empty_like_meta(m, self.device) for m in message.get("poison", ())})
+        try:
+            with poisoned_allocations():
+                result = run_call(self.launcher, args, outputs, inplace, self.device, self.path)
+        except CallFailed as exc:
+            return {"failed": str(exc)}
+        named = [(f"out.{k}", result.outputs[k]) for k in outputs]
+        named += [(f"arg.{k}", v) for k, v in args.items() if _is_tensor(v)]
+        return {"tensors": self.hand_over(named), "aliased": result.aliased}
+
+    def op_bench_setup(self, message: dict) -> dict:
+        received = self.received(message)
+        sets = []
+        for i, plain in enumerate(message["set_values"]):
+            args = {k: channel.decode_value(v) for k, v in plain.items()}
+            prefix = f"set{i}."
+            args.update({k[len(prefix):]: v for k, v in received.items() if k.startswith(prefix)})
+            sets.append(args)
+        return self.start_timer(self.launcher, sets, message)
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _split(inputs: dict[str, Any]) -> tuple[dict, dict]:
+    """(plain values as JSON, tensors) of a launcher's keyword arguments."""
+    plain, tensors = {}, {}
+    for name, value in inputs.items():
+        if _is_tensor(value):
+            tensors[name] = value
+        else:
+            try:
+                plain[name] = channel.encode_value(value)
+            except TypeError as exc:
+                raise TypeError(f"input '{name}' is {exc}") from None
+    return plain, tensors
+
+
+def _empty_like_meta(meta: dict, device: str):
+    import torch
+
+    m = TensorMeta.from_json(meta)
+    return torch.empty_strided(m.shape, m.stride, dtype=getattr(torch, m.dtype), device=device)
