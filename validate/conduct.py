@@ -27,12 +27,18 @@ _WATCHED_TORCH = (
     "Tensor.untyped_storage", "cuda.synchronize", "cuda.Event", "cuda.Event.record", "cuda.Event.synchronize",
     "cuda.Event.elapsed_time", "cuda.CUDAGraph", "cuda.CUDAGraph.replay", "cuda.graph", "cuda.Stream",
 )
-_WATCHED_MODULES = ("skel.validate.channel", "skel.validate.bench", "skel.validate.numerics",
-                    "skel.validate.worker", "skel.validate.conduct", "skel.validate.sandbox", "skel.validate.load")
+WATCHED_MODULES = ("skel.validate.channel", "skel.validate.bench", "skel.validate.numerics", "skel.validate.worker",
+                   "skel.validate.conduct", "skel.validate.sandbox", "skel.validate.load", "skel.validate.judge",
+                   "skel.validate.gate", "skel.validate.timing", "skel.validate.roles", "skel.validate.session",
+                   "skel.validate.integrity", "skel.validate.result", "skel.validate.spec")
 
 
 class Watch:
     def __init__(self, scratch: str):
+        import importlib
+
+        for name in WATCHED_MODULES:  # loaded before the candidate, so that replacing them shows
+            importlib.import_module(name)
         self.allowed = tuple(os.path.realpath(p).rstrip("/") + "/" for p in (scratch, "/dev", "/proc/self"))
         self.attempts: list[str] = []
         self.baseline = snapshot()
@@ -97,7 +103,7 @@ def snapshot() -> dict[str, tuple[int, int]]:
             obj = _resolve(torch, dotted)
             if obj is not None:
                 out[f"torch.{dotted}"] = _ident(obj)
-    for name in _WATCHED_MODULES:
+    for name in WATCHED_MODULES:
         module = sys.modules.get(name)
         if module is None:
             continue

@@ -216,6 +216,8 @@ def contain(scratch: str, writable_extra: tuple[str, ...], keep_fds: tuple[int, 
     die_with_parent(signal.SIGKILL)
     prctl(PR_SET_DUMPABLE, 0)
     os.environ.update(scratch_env(scratch, triton_cache))
+    for key in ("PWD", "OLDPWD"):  # where the judge was started says nothing the worker needs
+        os.environ.pop(key, None)
     tempfile.tempdir = None
     os.chdir(os.path.join(scratch, "work") if os.path.isdir(os.path.join(scratch, "work")) else scratch)
     sys.dont_write_bytecode = True

@@ -242,10 +242,14 @@ class Worker:
 
 
 def scratch_config(root: Path, role: str, device: str, **extra: Any) -> dict:
-    """A worker's configuration with its scratch folder (work/, the log) made under ``root``."""
+    """A worker's configuration with its scratch folder (work/, the log) made under ``root``, and the
+    judge's import path and environment as they are now (the fork server's are from its start)."""
     scratch = root / role
     (scratch / "work").mkdir(parents=True, exist_ok=True)
-    return {"role": role, "device": device, "scratch": str(scratch), "log": str(scratch / "output.log"), **extra}
+    cwd = os.getcwd()
+    return {"role": role, "device": device, "scratch": str(scratch), "log": str(scratch / "output.log"),
+            "sys_path": [os.path.join(cwd, p) if not os.path.isabs(p) else p for p in sys.path],
+            "env": {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **extra}
 
 
 def wall_us(start: float) -> float:

@@ -31,6 +31,10 @@ def run(config: dict, chan_fd: int) -> None:
     _redirect(config["log"])
     from skel.validate import sandbox
 
+    os.environ.clear()
+    os.environ.update(config.get("env", {}))
+    sys.path[:] = config.get("sys_path", sys.path)
+
     writable = tuple(config.get("writable", ()))
     isolation = sandbox.contain(config["scratch"], writable, (chan_fd,), landlock=bool(config.get("landlock", True)),
                                 triton_cache=config.get("triton_cache"))
