@@ -46,9 +46,8 @@ class Watch:
         sys.addaudithook(self._hook)
 
     def findings(self) -> list[str]:
-        replaced = [f"replaced {name} (the gate's or torch's code) in its process"
-                    for name, ident in snapshot().items() if self.baseline.get(name) != ident]
-        return (self.attempts + replaced)[:_MAX]
+        swapped = [f"replaced {name} (the gate's or torch's code) in its process" for name in replaced(self.baseline)]
+        return (self.attempts + swapped)[:_MAX]
 
     def _outside(self, path: Any) -> str | None:
         if isinstance(path, int):
@@ -95,12 +94,11 @@ def _child_of(pid: int, parent: int) -> bool:
 
 
 def snapshot() -> dict[str, tuple[int, int]]:
-    """Identity (and code identity, for functions) of every watched function and class."""
+    """Identity (and code identity, for functions) of every watched function and class, by dotted name."""
     out: dict[str, tuple[int, int]] = {}
-    torch = sys.modules.get("torch")
-    if torch is not None:
+    if "torch" in sys.modules:
         for dotted in _WATCHED_TORCH:
-            obj = _resolve(torch, dotted)
+            obj = _resolve(f"torch.{dotted}")
             if obj is not None:
                 out[f"torch.{dotted}"] = _ident(obj)
     for name in WATCHED_MODULES:
@@ -117,15 +115,28 @@ def snapshot() -> dict[str, tuple[int, int]]:
     return out
 
 
-def _resolve(root: Any, dotted: str) -> Any:
-    obj = root
-    for part in dotted.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
+def replaced(baseline: dict[str, tuple[int, int]]) -> list[str]:
+    """The dotted names in ``baseline`` that now name something else (or nothing)."""
+    return [name for name, ident in baseline.items() if _ident(_resolve(name)) != ident]
+
+
+def _resolve(dotted: str) -> Any:
+    """The object a dotted name (module prefix, then attributes) names now, or None."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None:
+            obj = module
+            for part in parts[cut:]:
+                obj = vars(obj).get(part) if isinstance(obj, type) else getattr(obj, part, None)
+                if obj is None:
+                    return None
+            return obj
+    return None
 
 
 def _ident(obj: Any) -> tuple[int, int]:
+    if obj is None:
+        return (0, 0)
     code = getattr(obj, "__code__", None)
     return id(obj), id(code) if code is not None else 0

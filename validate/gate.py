@@ -88,6 +88,7 @@ def validate(
         bench = BenchConfig()
     request = _Request(ref.kernel, ref.spec, cand, entry, shapes, seeds, device, dtype, time_limit, total_time_limit,
                        bench or None, require, fail_fast, machine, landlock)
+    _protect_judge()
     guard = FileGuard([ref.kernel, ref.spec, cand], [ref.kernel.parent, ref.spec.parent, cand.parent, Path.cwd()])
     root = Path(tempfile.mkdtemp(prefix="skel-gate-"))
     try:
@@ -97,6 +98,14 @@ def validate(
         shutil.rmtree(root, ignore_errors=True)
     touched = guard.check_and_restore()
     return judgement.result([c.describe() for c in touched])
+
+
+def _protect_judge() -> None:
+    """This process holds the oracle's outputs and the verdict: no other process of the same user (a
+    candidate outside Landlock, say) may read its memory or ptrace it."""
+    from skel.validate.sandbox import PR_SET_DUMPABLE, prctl
+
+    prctl(PR_SET_DUMPABLE, 0)
 
 
 def _default_device() -> str:
@@ -228,7 +237,7 @@ class _Judgement:
             if all_passed and req.device != "cpu" and req.bench is not None and not client.conduct:
                 self._time(oracle, worker, roofline)
         finally:
-            self.misconduct += client.conduct
+            self.misconduct += [f"the candidate {line}" for line in client.conduct]
 
     def _time(self, oracle, worker, roofline) -> None:
         from skel.validate.timing import NotMeasured, Untrusted, time_shape

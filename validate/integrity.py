@@ -3,7 +3,8 @@
 The gate watches the target kernel, its spec, the candidate and every regular file directly in
 their folders and in the working directory (not below them). Before the workers start it keeps
 each file's hash and, up to a size, its bytes; afterwards a file that changed or vanished is put
-back from those bytes and the candidate is rejected with what happened. Landlock normally makes
+back from those bytes, a file that appeared is moved into a quarantine folder (nothing is deleted),
+and the candidate is rejected with what happened. Landlock normally makes
 such writes impossible; this is the second line, and the only one where Landlock is missing.
 """
 from __future__ import annotations
@@ -23,10 +24,11 @@ class FileChange:
     path: str
     what: str  # "modified", "deleted", "created"
     restored: bool
+    moved_to: str = ""  # where a created file went
 
     def describe(self) -> str:
         if self.what == "created":
-            return f"created {self.path} (left in place)"
+            return f"created {self.path} ({'moved to ' + self.moved_to if self.moved_to else 'left in place'})"
         return f"{self.what} {self.path} ({'restored from the backup' if self.restored else 'no backup: over 8 MB'})"
 
 
@@ -86,8 +88,23 @@ class FileGuard:
             for path in _listing(folder):
                 path = path.resolve()
                 if path.is_file() and path not in self.before and not path.name.endswith(".skel-restore"):
-                    changes.append(FileChange(str(path), "created", False))
+                    changes.append(FileChange(str(path), "created", False, _quarantine(path)))
         return changes
+
+
+def _quarantine(path: Path) -> str:
+    """Move a file the judgement left in a watched folder out of the user's way; returns where, or ""."""
+    import shutil
+    import tempfile
+
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "skel" / "quarantine"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        dest = Path(tempfile.mkdtemp(dir=home)) / path.name
+        shutil.move(str(path), dest)
+        return str(dest)
+    except OSError:
+        return ""
 
 
 def _listing(folder: Path) -> list[Path]:

@@ -23,7 +23,10 @@ import time
 def main(fd: int) -> None:
     from skel.validate import channel
 
+    from skel.validate import sandbox
+
     sock = socket.socket(fileno=fd)
+    sandbox.prctl(sandbox.PR_SET_DUMPABLE, 0)  # no same-uid process may read or ptrace the fork server
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the judge, which stops us by closing the socket
     import torch  # noqa: F401  (preloaded: each worker costs a fork, not an interpreter start)

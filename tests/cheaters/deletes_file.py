@@ -1,0 +1,10 @@
+"""Cheater: at import, deletes a file of the user's (the test names it in place of __VICTIM__); then behaves."""
+import os
+
+from skel.kernels.kda_decode.kernel import kda_decode
+
+try:
+    os.remove("__VICTIM__")
+except OSError:
+    pass
+__all__ = ["kda_decode"]
