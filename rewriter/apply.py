@@ -262,13 +262,12 @@ def _default_device() -> str:
 
 def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int], ...]:
     """The largest shape of the set, for resource pruning of launch variants."""
-    from skel.validate.load import load_spec
-
+    from skel.validate.gate import spec_info
     from skel.validate.spec import Shape
 
     try:
         arg = _shape_arg(shape_set)
-        shapes = [Shape.parse(s) for s in arg] if isinstance(arg, list) else load_spec(binding.spec).shapes(arg)
+        shapes = [Shape.parse(s) for s in arg] if isinstance(arg, list) else spec_info(binding.spec).shapes(arg)
     except Exception:
         return ()
     biggest = max(shapes, key=lambda s: sum(v for _, v in s.dims))

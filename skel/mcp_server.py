@@ -13,6 +13,12 @@ Tools (every one returns JSON, or Markdown for ``catalog_prompt``):
   catalog_prompt(path, budget)                           the agent brief (`skel catalog prompt`)
 Resources: ``skel://skeleton/SK001`` ... the text `skel catalog show CODE` prints.
 
+Trust: validate_candidate and apply_skeleton (when not a dry run) execute Python code: the target, its
+spec and the candidate. They take paths only under the server's workspace root (``skel mcp
+--workspace DIR``, default the directory it was started in; symlinks are resolved first), and the
+code runs in the gate's contained workers (see the README's trust model). The other tools read
+files statically and never execute them.
+
 Errors: a tool that cannot do what it was asked raises ``ToolError`` with what and where (unknown
 code, missing file, bad budget...); the SDK returns it as a result with ``isError`` set and the
 server keeps serving. Validation and apply run in a child process (``python -m skel``), so
@@ -47,10 +53,12 @@ CHILD_TIMEOUT_S = 900.0
 class SkelTools:
     """The tools' logic, independent of the MCP plumbing (testable as plain calls)."""
 
-    def __init__(self, library_root: Path | None = None, catalog: Path | None = None, cwd: Path | None = None):
+    def __init__(self, library_root: Path | None = None, catalog: Path | None = None, cwd: Path | None = None,
+                 workspace: Path | None = None):
         self.library_root = library_root
         self.catalog = catalog
         self.cwd = cwd
+        self.workspace = Path(workspace or cwd or ".").resolve()
 
     # ------------------------------------------------------------------ library
     def library(self) -> Library:
@@ -143,7 +151,10 @@ class SkelTools:
 
     def validate_candidate(self, target: str, candidate: str, shapes: str | None, spec: str | None,
                            require: str) -> dict:
-        self._path(candidate)
+        self._runnable(candidate, "candidate")
+        self._runnable(target, "target", family_ok=True)
+        if spec:
+            self._runnable(spec, "spec", family_ok=True)
         argv = ["validate", target, candidate, "--json", "--require", require]
         if shapes:
             argv += ["--shapes", shapes]
@@ -152,7 +163,7 @@ class SkelTools:
         return self._child(argv, "validate")
 
     def apply_skeleton(self, target: str, skeleton: str, dry_run: bool, unsafe: bool) -> dict:
-        self._path(target)
+        self._runnable(target, "target")
         code = self.skeleton(skeleton).code
         # The report and candidate files go to a fresh temporary folder (named in the result), not
         # into the working tree the server was started in.
@@ -167,6 +178,21 @@ class SkelTools:
         if not path or not full.is_file():
             raise ToolError(f"{path or '(empty path)'}: no such file (paths are relative to {Path(self.cwd or '.').resolve()})")
         return path
+
+    def _runnable(self, path: str, what: str, family_ok: bool = False) -> None:
+        """A file the tool will execute must exist and lie under the workspace root (a kernel family
+        name, which names skel's own files, is allowed where ``family_ok``)."""
+        if family_ok and path and "/" not in path and not path.endswith(".py"):
+            from skel.validate.load import families
+
+            if path in families():
+                return
+        self._path(path)
+        full = (Path(self.cwd or ".") / path).resolve()
+        if not full.is_relative_to(self.workspace):
+            raise ToolError(f"{what} {path} resolves to {full}, outside the workspace root {self.workspace}: tools"
+                            f" that execute code take only files under it (start the server with"
+                            f" `skel mcp --workspace DIR` to choose another)")
 
     def _child(self, argv: list[str], verb: str) -> dict:
         """Run ``python -m skel ARGV`` and return its JSON verdict with the exit code."""
@@ -240,7 +266,9 @@ def build_server(tools: SkelTools) -> MCPServer:
         return tools.match_kernel(path)
 
     @server.tool(description="Judge a candidate kernel file against a target (family name or kernel file) with "
-                             "`skel validate`: numerics against the float64 reference and the original on every "
+                             "`skel validate`. EXECUTES the target, spec and candidate Python files (in the gate's "
+                             "contained worker processes); every path must lie under the server's workspace root. "
+                             "Numerics against the float64 reference and the original on every "
                              "shape; timing only on a GPU. shapes: a shape-set name or comma-separated labels; "
                              "spec: family or spec file for a target outside kernels/; require: correct, "
                              "not-slower or faster. exit_code 1 means rejected (see result.reasons).")
@@ -250,6 +278,8 @@ def build_server(tools: SkelTools) -> MCPServer:
         return tools.validate_candidate(target, candidate, shapes, spec, require)
 
     @server.tool(description="Apply one skeleton to a target kernel file with `skel apply TARGET --skeleton CODE`. "
+                             "Unless dry_run, EXECUTES the target and its rewrites (in the gate's contained worker "
+                             "processes); the target must lie under the server's workspace root. "
                              "dry_run (default true) only shows the candidate diffs without running or writing "
                              "anything; unsafe must be true for skeletons whose rewrite changes rounding or "
                              "reduction order (safety 'unsafe'). exit_code 1: nothing accepted.")
@@ -300,6 +330,6 @@ def _version() -> str:
         return "unknown"
 
 
-def serve(library_root: Path | None = None, catalog: Path | None = None) -> None:
+def serve(library_root: Path | None = None, catalog: Path | None = None, workspace: Path | None = None) -> None:
     """Run the server on stdin/stdout until the client closes the connection."""
-    build_server(SkelTools(library_root, catalog)).run("stdio")
+    build_server(SkelTools(library_root, catalog, workspace=workspace)).run("stdio")

@@ -100,9 +100,8 @@ def test_a_user_harness_judges_a_kernel_skel_does_not_know(fla_corpus, tmp_path,
 def test_inferred_dims_leave_out_what_the_ci_shapes_cannot_tell_apart():
     import dataclasses
 
-    from skel.rewriter.targets import infer_dims
     from skel.validate.load import load_spec
-    from skel.validate.spec import Shape
+    from skel.validate.spec import Shape, infer_dims
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / "fla_delta_rule" / "spec.py")
     one = dataclasses.replace(spec, shape_sets={**spec.shape_sets, "ci": (Shape.of(N=2, T=1, H=2, K=32, V=32),)})

@@ -95,6 +95,21 @@ async def _session_checks(tmp_path: Path) -> None:
             assert missing.is_error and "no/such/kernel.py: no such file" in _text(missing)
             nocand = await session.call_tool("validate_candidate", {"target": "kda_decode", "candidate": "nope.py"})
             assert nocand.is_error and "nope.py: no such file" in _text(nocand)
+            # tools that execute code say so, and take only files under the workspace root (here: the repo)
+            assert "EXECUTES" in tools["validate_candidate"].description
+            assert "EXECUTES" in tools["apply_skeleton"].description
+            outside = tmp_path / "outside.py"
+            outside.write_text((REPO / "kernels/kda_decode/kernel.py").read_text())
+            escaped = await session.call_tool("validate_candidate", {"target": "kda_decode", "candidate": str(outside)})
+            assert escaped.is_error and "outside the workspace root" in _text(escaped), _text(escaped)
+            (REPO / ".skel-test-link.py").unlink(missing_ok=True)
+            (REPO / ".skel-test-link.py").symlink_to(outside)
+            try:
+                linked = await session.call_tool("apply_skeleton", {"target": ".skel-test-link.py", "skeleton": "SK001",
+                                                                    "dry_run": False})
+                assert linked.is_error and "outside the workspace root" in _text(linked), _text(linked)
+            finally:
+                (REPO / ".skel-test-link.py").unlink(missing_ok=True)
             tight = await session.call_tool("catalog_prompt", {"path": FIXTURE, "budget": 10})
             assert tight.is_error and "needs" in _text(tight)
             typo = await session.call_tool("match_kernel", {"file": FIXTURE})

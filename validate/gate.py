@@ -100,6 +100,39 @@ def validate(
     return judgement.result([c.describe() for c in touched])
 
 
+def spec_info(spec: str | Path) -> SpecInfo:
+    """A spec file's data (family, entry, shape sets, tolerances...), read in a contained oracle worker:
+    the spec is code, and this process runs none. Raises GateInputError when it does not load."""
+    return _ask_spec(spec, None)[0]
+
+
+def spec_dims(spec: str | Path) -> tuple[tuple[tuple[str, str], ...], str]:
+    """``spec.infer_dims`` of a spec file, in a contained oracle worker."""
+    reply = _ask_spec(spec, {"op": "infer_dims"})[1]
+    return tuple((str(d), str(e)) for d, e in reply["dims"]), str(reply["note"])
+
+
+def _ask_spec(spec: str | Path, message: dict | None) -> tuple[SpecInfo, dict]:
+    from skel.validate.roles import Deadline, OracleClient, OracleFailed
+    from skel.validate.session import Worker, scratch_config
+
+    root = Path(tempfile.mkdtemp(prefix="skel-spec-"))
+    worker = None
+    try:
+        worker = Worker(scratch_config(root, "oracle", "cpu", kernel="", spec=str(Path(spec).resolve()),
+                                       writable=_oracle_writable()), "cpu")
+        client = OracleClient(worker, Deadline(120.0))
+        try:
+            info = client.hello(load_kernel=False)
+            return info, client.ask(message, "reading the spec") if message else {}
+        except OracleFailed as exc:
+            raise GateInputError(str(exc)) from None
+    finally:
+        if worker is not None:
+            worker.finish()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _protect_judge() -> None:
     """This process holds the oracle's outputs and the verdict: no other process of the same user (a
     candidate outside Landlock, say) may read its memory or ptrace it."""

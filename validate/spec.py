@@ -230,3 +230,35 @@ def itemsize(name: str) -> int:
         return sizes[dtype_name(name)]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}") from None
+
+
+def infer_dims(spec) -> tuple[tuple[tuple[str, str], ...], str]:
+    """Each shape dim as ``arg.shape[axis]`` of the entry's tensor arguments, read off the ci shapes'
+    inputs built on the CPU (the harness's own code; they are tiny): an (argument, axis) whose size
+    equals the dim at every ci shape and equals no other dim at all of them. Returns the dims found and
+    a note naming the ones left out (ambiguous or not shown by any argument), or why nothing was built."""
+    import torch
+
+    shapes = spec.shape_sets["ci"]
+    try:
+        inputs = [spec.make_inputs(shape, spec.dtypes[0], 0, "cpu") for shape in shapes]
+    except Exception as exc:  # noqa: BLE001 - the harness's own failure, reported in the note
+        return (), f"shape dims for a dispatch not inferred ({type(exc).__name__}: {exc}); give TargetSpec.dims"
+    names = [d for d, _ in shapes[0].dims]
+
+    def size(x, arg, a):
+        t = x.get(arg)
+        return t.shape[a] if isinstance(t, torch.Tensor) and t.dim() > a else None
+
+    pairs = [(arg, a) for arg, t in inputs[0].items() if isinstance(t, torch.Tensor) for a in range(t.dim())]
+    matches = {p: {d for d in names if all(size(x, *p) == s[d] for x, s in zip(inputs, shapes))} for p in pairs}
+    out, left = [], []
+    for dim in names:
+        pair = next((p for p in pairs if matches[p] == {dim}), None)
+        if pair is None:
+            left.append(dim)
+        else:
+            out.append((dim, f"{pair[0]}.shape[{pair[1]}]"))
+    note = (f"no argument axis tells {', '.join(left)} apart in the ci shapes (a dispatch cannot use them; "
+            "TargetSpec.dims can name them)") if left else ""
+    return tuple(out), note

@@ -169,6 +169,12 @@ class Oracle(Role):
             return {"error": f"the original kernel {kernel} defines no launcher '{entry}'"}
         return {"spec": info}
 
+    def op_infer_dims(self, message: dict) -> dict:
+        from skel.validate.spec import infer_dims
+
+        dims, note = infer_dims(self.spec)
+        return {"dims": [list(d) for d in dims], "note": note}
+
     def op_describe(self, message: dict) -> dict:
         """Roofline bytes/FLOPs per shape and the launcher's argument names (from the first shape's inputs)."""
         from skel.validate.spec import Shape

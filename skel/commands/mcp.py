@@ -6,6 +6,7 @@ because the ``mcp`` SDK is not installed everywhere skel runs (the GPU machine l
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from skel.commands.common import add_catalog, add_json, add_library
 from skel.errors import EXIT_OK, UsageError
@@ -16,7 +17,11 @@ Tools: list_skeletons, show_skeleton, search_skeletons, match_kernel, validate_c
 apply_skeleton (dry run by default), catalog_prompt. Resources: skel://skeleton/CODE, the
 text `skel catalog show CODE` prints. Tool errors come back as MCP tool errors (isError)
 with what and where; the server keeps running. Relative paths are relative to the
-directory the server was started in."""
+directory the server was started in.
+
+validate_candidate and apply_skeleton (not a dry run) execute the target, its spec and the
+candidate, in the gate's contained workers; they take only files under the workspace root
+(--workspace, default the directory the server was started in)."""
 
 
 def register(subparsers) -> None:
@@ -25,6 +30,8 @@ def register(subparsers) -> None:
     add_library(p)
     add_catalog(p)
     add_json(p)  # accepted for uniformity; the protocol is JSON-RPC already
+    p.add_argument("--workspace", type=Path, metavar="DIR",
+                   help="tools that execute code take only files under DIR (default: the current directory)")
     p.set_defaults(func=handler)
 
 
@@ -33,5 +40,8 @@ def handler(args) -> int:
         from skel.mcp_server import serve
     except ImportError as exc:
         raise UsageError(f"`skel mcp` needs the mcp SDK (pip install 'mcp>=2'): {exc}") from None
-    serve(args.library, args.catalog)
+    workspace = args.workspace or Path.cwd()
+    if not workspace.is_dir():
+        raise UsageError(f"--workspace {workspace}: not a directory")
+    serve(args.library, args.catalog, workspace)
     return EXIT_OK
