@@ -1,6 +1,7 @@
 """The gate itself: comparisons, statistics, target resolution, the API and the CLI."""
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -185,3 +186,30 @@ def test_graph_sequence_amortises_replay_gap_in_whole_rounds():
     assert graph_sequence(3, 8) == [0, 1, 2] * 3
     # enough sets already: each once
     assert graph_sequence(16, 8) == list(range(16))
+
+
+# -- the judge's checks on a timing (GPU runs feed them; here, on numbers) ---------------------------------
+def test_timing_checks_catch_a_timer_that_reports_less_than_the_judges_clock_saw():
+    from skel.validate.timing import Untrusted, _check_clock, _Samples
+
+    honest_a = _Samples([2000.0 + i for i in range(30)], [2080.0 + i for i in range(30)])  # 80 us protocol
+    honest_b = _Samples([1500.0 + i for i in range(30)], [1585.0 + i for i in range(30)])
+    _check_clock(honest_a, honest_b)
+    halved = _Samples([750.0 + i for i in range(30)], [1585.0 + i for i in range(30)])
+    with pytest.raises(Untrusted, match="disagrees with the judge's clock"):
+        _check_clock(honest_a, halved)
+
+
+def test_timing_checks_catch_work_left_running_while_the_original_is_timed():
+    from skel.validate.bench import BenchConfig
+    from skel.validate.timing import Untrusted, _check_alone, _drain, _Samples
+
+    solo = _Samples([100.0, 101.0, 100.5, 99.5, 100.2] * 2, [0.0] * 10)
+    _check_alone(solo, _Samples([100.3 + 0.1 * i for i in range(30)], [0.0] * 30), BenchConfig())
+    with pytest.raises(Untrusted, match="left work running"):
+        _check_alone(solo, _Samples([130.0 + i for i in range(30)], [0.0] * 30), BenchConfig())
+    times = iter([500.0, 300.0, 150.0, 101.0, 100.5])  # queued work drains, then two samples agree
+    _drain(lambda: next(times))
+    with pytest.raises(Untrusted, match="stayed busy"):
+        flip = itertools.cycle([100.0, 150.0])  # never two in a row alike: the device never settles
+        _drain(lambda: next(flip), max_s=0.2)

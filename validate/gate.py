@@ -120,7 +120,7 @@ def _ask_spec(spec: str | Path, message: dict | None) -> tuple[SpecInfo, dict]:
     worker = None
     try:
         worker = Worker(scratch_config(root, "oracle", "cpu", kernel="", spec=str(Path(spec).resolve()),
-                                       writable=_oracle_writable()), "cpu")
+                                       **_oracle_cache()), "cpu")
         client = OracleClient(worker, Deadline(120.0))
         try:
             info = client.hello(load_kernel=False)
@@ -192,8 +192,7 @@ class _Judgement:
         oracle = candidate = None
         try:
             oracle = Worker(scratch_config(self.root, "oracle", req.device, kernel=str(req.kernel), spec=str(req.spec),
-                                           entry=req.entry, landlock=req.landlock,
-                                           writable=_oracle_writable()), req.device)
+                                           entry=req.entry, landlock=req.landlock, **_oracle_cache()), req.device)
             client = OracleClient(oracle, Deadline(req.total_time_limit or 600.0))
             try:
                 self.info = client.hello(load_kernel=False)
@@ -231,8 +230,9 @@ class _Judgement:
 
     def _start_candidate(self, worker_cls, scratch_config):
         req = self.req
+        cache = _candidate_cache()
         config = scratch_config(self.root, "candidate", req.device, landlock=req.landlock,
-                                display_name=req.candidate.name, triton_cache=_candidate_cache())
+                                display_name=req.candidate.name, triton_cache=cache, writable=[cache])
         copy = Path(config["scratch"]) / "work" / req.candidate.name
         shutil.copyfile(req.candidate, copy)
         config["candidate"] = str(copy)
@@ -323,8 +323,9 @@ class _Judgement:
         )
 
 
-def _oracle_writable() -> tuple[str, ...]:
-    """The oracle may keep the user's Triton cache warm (the original and its spec are the user's own)."""
+def _oracle_cache() -> dict:
+    """The oracle keeps the user's Triton cache warm (the original and its spec are the user's own code;
+    candidates never write there): its folder, writable, as the worker's configuration says it."""
     import os
 
     cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
@@ -332,8 +333,8 @@ def _oracle_writable() -> tuple[str, ...]:
     try:
         os.makedirs(cache, exist_ok=True)
     except OSError:
-        return ()
-    return (cache,)
+        return {}
+    return {"triton_cache": cache, "writable": [cache]}
 
 
 _CANDIDATE_CACHE: str | None = None

@@ -6,7 +6,8 @@ replay it when the judge says, for the number of replays the judge says. The jud
 - **its own clock**: every sample's round trip is timed by the judge; B's report may not fall
   short of it by more than A's (same protocol, honest) does: a patched event timer shows here;
 - **B does not run while A is timed**: B's process group is frozen (SIGSTOP) during each A
-  sample, and A timed alone before and after the interleaved block must match A interleaved;
+  sample; A is timed alone (B frozen, after A's time has settled, so that work B queued has
+  drained) before and after the interleaved block, and A between B's samples must match it:
   work B leaves queued on the GPU to slow A down shows here;
 - **the work was done**: after the last sample both hand over what their timed calls left (the
   first round's outputs and every set's in-place tensors, after the same number of calls); B's
@@ -95,8 +96,13 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
         into.wall.append(wall)
 
     def solo_block() -> None:
-        for _ in range(SOLO):
-            record(oracle, a_solo, candidate, oracle_limit)
+        candidate.freeze()  # for the whole block: B can queue no more work, and what it queued drains first
+        try:
+            _drain(lambda: sample(oracle, reps, None, oracle_limit)[0])
+            for _ in range(SOLO):
+                record(oracle, a_solo, None, oracle_limit)
+        finally:
+            candidate.thaw()
         for _ in range(SOLO):  # B replays as often as A, so their in-place results stay comparable
             record(candidate, b_solo, None, time_limit)
 
@@ -122,6 +128,19 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
                         f" ({result.candidate.median_us:.2f} us for {nbytes} bytes at {machine.copy_bps / 1e12:.2f} TB/s):"
                         f" faster than the device allows, so the timing is not believed")
     return result
+
+
+def _drain(time_once, settle: float = 0.02, max_s: float = 5.0) -> None:
+    """Time A until two samples in a row agree within ``settle`` (work another process left queued on
+    the device has run out), for at most ``max_s`` seconds; raises Untrusted if the device never settles."""
+    last = time_once()
+    end = time.monotonic() + max_s
+    while time.monotonic() < end:
+        now = time_once()
+        if abs(now - last) <= settle * min(now, last):
+            return
+        last = now
+    raise Untrusted(f"the device stayed busy for {max_s:g} s with the candidate frozen: it left work queued")
 
 
 def _check(reply: dict, who: str) -> None:
