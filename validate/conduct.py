@@ -34,12 +34,12 @@ WATCHED_MODULES = ("skel.validate.channel", "skel.validate.bench", "skel.validat
 
 
 class Watch:
-    def __init__(self, scratch: str):
+    def __init__(self, scratch: str, writable: tuple[str, ...] = ()):
         import importlib
 
         for name in WATCHED_MODULES:  # loaded before the candidate, so that replacing them shows
             importlib.import_module(name)
-        self.allowed = tuple(os.path.realpath(p).rstrip("/") + "/" for p in (scratch, "/dev", "/proc/self"))
+        self.allowed = tuple(os.path.realpath(p).rstrip("/") + "/" for p in (scratch, "/dev", "/proc/self", *writable))
         self.attempts: list[str] = []
         self.baseline = snapshot()
         self.me = os.getpid()

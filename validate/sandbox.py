@@ -3,8 +3,8 @@
 Applied by the worker to itself after it is forked and before it loads any target, spec or
 candidate code (``contain``), strongest first where the OS offers it, without root:
 
-- Landlock (Linux >= 5.13): writes only under the worker's scratch folder and /dev (GPU device
-  files, shared memory); with ABI >= 4 no TCP bind or connect; with ABI >= 6 no signals to, and no
+- Landlock (Linux >= 5.13): writes only under the worker's scratch folder, /dev (GPU device
+  files, shared memory) and its own /proc entry (the CUDA driver writes there); with ABI >= 4 no TCP bind or connect; with ABI >= 6 no signals to, and no
   abstract sockets of, processes outside the sandbox. A Landlocked process also cannot ptrace or read
   the memory of processes outside its domain.
 - no_new_privs; every capability dropped when running as root (uid 0 keeps owner rights on its own
@@ -58,7 +58,7 @@ class Isolation:
 
     def summary(self) -> str:
         if self.landlock_abi:
-            parts = [f"Landlock ABI {self.landlock_abi}: writes only in the scratch folder and /dev"]
+            parts = [f"Landlock ABI {self.landlock_abi}: writes only in the scratch folder, /dev and its own /proc entry"]
             if self.network_denied:
                 parts.append("no TCP")
             if self.signals_scoped:
@@ -227,7 +227,9 @@ def contain(scratch: str, writable_extra: tuple[str, ...], keep_fds: tuple[int, 
     abi = landlock_abi() if landlock else None
     net = sig = confined = False
     if abi:
-        writable = [scratch, "/dev", *writable_extra]
+        # SKEL_SANDBOX_WRITABLE (colon-separated) adds folders for a driver that needs to write elsewhere
+        extra = [p for p in os.environ.get("SKEL_SANDBOX_WRITABLE", "").split(":") if p]
+        writable = [scratch, "/dev", "/proc/self", *writable_extra, *extra]  # the CUDA driver writes under /proc/self
         try:
             net, sig, more = _landlock(writable, abi)
             notes += more

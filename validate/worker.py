@@ -257,7 +257,7 @@ class Candidate(Role):
         from skel.validate.numerics import describe_exception
 
         name = self.config["display_name"]
-        self.watch = Watch(self.config["scratch"])
+        self.watch = Watch(self.config["scratch"], tuple(self.config.get("writable", ())))
         try:
             module = load_module(self.path, "candidate")
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module body too
