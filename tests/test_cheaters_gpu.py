@@ -16,12 +16,13 @@ CHEATERS = Path(__file__).parent / "cheaters"
 ROOT = Path(__file__).parent.parent
 KDA = ["N64-T1-H32-HV32-K128-V128"]
 
-# cheater -> (target family, shapes, words the rejection must contain)
+# cheater -> (target family, shapes, words the rejection must contain; "a|b": either)
 TIMING = {
     "patches_timer.py": ("kda_decode", KDA, ["replaced torch.cuda.event.elapsed_time"]),
     "gpu_blind_timer.py": ("kda_decode", KDA, ["timer disagrees with the judge's clock"]),
     "gpu_blind_skip.py": ("kda_decode", KDA, ["did not do the work it was timed on"]),
-    "gpu_blind_busy.py": ("kda_decode", KDA, ["left work"]),
+    # its queued work shows as work left running, or (the launches hold its own reply up) on the judge's clock
+    "gpu_blind_busy.py": ("kda_decode", KDA, ["left work|disagrees with the judge's clock"]),
     "gpu_blind_once.py": ("state_merge", ["N64-HV32-C4-K128-V128"], ["of the roofline", "not believed"]),
 }
 
@@ -33,7 +34,7 @@ def test_a_timing_cheat_is_rejected_for_what_it_did(name):
     assert not result.accepted and result.error is None, result.reasons
     text = " ".join(result.reasons).lower()
     for word in words:
-        assert word in text, f"{name}: {word!r} not in {result.reasons}"
+        assert any(w in text for w in word.split("|")), f"{name}: {word!r} not in {result.reasons}"
     assert not result.faster_at  # no speedup is ever reported for it
 
 

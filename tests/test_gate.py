@@ -209,7 +209,7 @@ def test_timing_checks_catch_work_left_running_while_the_original_is_timed():
     with pytest.raises(Untrusted, match="left work running"):
         _check_alone(solo, _Samples([130.0 + i for i in range(30)], [0.0] * 30), BenchConfig())
     times = iter([500.0, 300.0, 150.0, 101.0, 100.5])  # queued work drains, then two samples agree
-    _drain(lambda: next(times))
+    assert _drain(lambda: next(times)) == 5
     with pytest.raises(Untrusted, match="stayed busy"):
         flip = itertools.cycle([100.0, 150.0])  # never two in a row alike: the device never settles
         _drain(lambda: next(flip), max_s=0.2)

@@ -89,6 +89,7 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
     calls = reps * per_graph
 
     a_solo, b_solo, a_mixed, b_mixed = (_Samples([], []) for _ in range(4))
+    drained = [0]  # replays A made while its time settled; B makes as many, so their results stay comparable
 
     def record(worker: Worker, into: _Samples, freeze: Worker | None, limit: float) -> None:
         us, wall = sample(worker, reps, freeze, limit)
@@ -98,7 +99,7 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
     def solo_block() -> None:
         candidate.freeze()  # for the whole block: B can queue no more work, and what it queued drains first
         try:
-            _drain(lambda: sample(oracle, reps, None, oracle_limit)[0])
+            drained[0] += reps * _drain(lambda: sample(oracle, reps, None, oracle_limit)[0])
             for _ in range(SOLO):
                 record(oracle, a_solo, None, oracle_limit)
         finally:
@@ -115,6 +116,9 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
         ratios.append(a_mixed.reported[-1] / b_mixed.reported[-1])
     solo_block()
 
+    if drained[0]:
+        candidate.request({"op": "replay", "reps": drained[0]}, time_limit * max(1, drained[0] // reps),
+                          f"replaying as often as the original at {shape.label}")
     _check_clock(a_mixed, b_mixed)
     _check_alone(a_solo, a_mixed, config)
     _check_work(oracle, candidate, info, shape, oracle_limit, time_limit)
@@ -130,15 +134,18 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
     return result
 
 
-def _drain(time_once, settle: float = 0.02, max_s: float = 5.0) -> None:
+def _drain(time_once, settle: float = 0.02, max_s: float = 5.0) -> int:
     """Time A until two samples in a row agree within ``settle`` (work another process left queued on
-    the device has run out), for at most ``max_s`` seconds; raises Untrusted if the device never settles."""
+    the device has run out), for at most ``max_s`` seconds; returns the samples taken. Raises Untrusted
+    if the device never settles."""
     last = time_once()
+    taken = 1
     end = time.monotonic() + max_s
     while time.monotonic() < end:
         now = time_once()
+        taken += 1
         if abs(now - last) <= settle * min(now, last):
-            return
+            return taken
         last = now
     raise Untrusted(f"the device stayed busy for {max_s:g} s with the candidate frozen: it left work queued")
 
