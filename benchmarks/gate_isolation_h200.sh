@@ -2,7 +2,7 @@
 # Issue 21 on a GPU: the gate's timing cheats (tests/test_cheaters_gpu.py, each caught by the judge's
 # own checks with the worker's in-process check blinded), the gate's noise with A and B in two
 # workers (benchmarks/gate_suite.py: every target against itself at its decode shapes), and the rsqrt
-# rewrite's known speedup through the new gate. Run from the repo root on the GPU machine:
+# positive controls (benchmarks/gate_controls.py). Run from the repo root on the GPU machine:
 #   bash benchmarks/gate_isolation_h200.sh "$OUT" [cheats|noise|all]   (one device call holds one part)
 DEST=${1:-/tmp/out}
 PART=${2:-all}
@@ -17,7 +17,10 @@ export PYTHONUNBUFFERED=1
 } | tee "$DEST/env.txt"
 if [ "$PART" != noise ]; then
   timeout 400 python3 -m pytest -q -rA tests/test_cheaters_gpu.py -p no:cacheprovider 2>&1 | tail -40 | tee "$DEST/cheaters_gpu.txt"
-  timeout 120 python3 benchmarks/rsqrt_gate.py 2>&1 | tee "$DEST/rsqrt_gate.txt"
+  timeout 150 python3 benchmarks/gate_controls.py 2>&1 | tee "$DEST/gate_controls.txt"
+fi
+if [ "$PART" = noise ]; then
+  timeout 150 python3 benchmarks/gate_controls.py 2>&1 | tee "$DEST/gate_controls.txt"
 fi
 if [ "$PART" != cheats ]; then
   timeout 520 python3 benchmarks/gate_suite.py --out "$DEST" 2>&1 | tail -20
