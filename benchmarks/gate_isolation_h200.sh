@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21 on a GPU: the gate's timing cheats (tests/test_cheaters_gpu.py, each caught by the judge's
 # own checks with the worker's in-process check blinded), the gate's noise with A and B in two
-# workers (benchmarks/gate_suite.py: every target against itself at its decode shapes), and the rsqrt
+# workers (benchmarks/gate_suite.py: every target against itself at its decode shapes), and the
 # positive controls (benchmarks/gate_controls.py). Run from the repo root on the GPU machine:
 #   bash benchmarks/gate_isolation_h200.sh "$OUT" [cheats|noise|all]   (one device call holds one part)
 DEST=${1:-/tmp/out}
