@@ -443,7 +443,7 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
                 shape=shape, dtype=(leader.gate or {}).get("dtype", ""), metric=HEAD_TO_HEAD,
                 verdict=f"head-to-head {verdict}", median=speedup, ci_low=low, ci_high=high, unit="x",
                 gpu=_gpu_name(result.device), torch_version=_version("torch"), triton_version=_version("triton"),
-                source_hash=source_hash, reason=f"{r.challenger} timed against {r.leader} in one process; kept "
+                source_hash=source_hash, reason=f"{r.challenger} timed against {r.leader} in one judgement; kept "
                                                 f"{r.winner}: {r.why}",
                 extra=(("label", r.challenger), ("against", r.leader), ("kept", r.winner)),
             ))

@@ -48,7 +48,7 @@ def render_markdown(data: dict, plot: str | None) -> str:
     if plot:
         out += ["", f"![time versus shape]({plot})"]
     if data.get("runoffs"):
-        out += ["", "## Run-offs (close qualifiers of a bucket timed head to head in one process)", "",
+        out += ["", "## Run-offs (close qualifiers of a bucket timed head to head in one judgement)", "",
                 "| bucket | leader | challenger | challenger over leader, per shape | kept | why |",
                 "| --- | --- | --- | --- | --- | --- |"]
         for r in data["runoffs"]:

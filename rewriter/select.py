@@ -10,7 +10,7 @@ Each candidate's speedup is measured against the original in a worker process of
 small shapes two processes can time the same kernel a few per cent apart (different buffers; on
 the H200 the original's median moved by 3 % between workers of one run at T = 1, N = 32). So when
 another qualifier's geometric mean comes within RUNOFF_WITHIN of the leader's, the two meet head to
-head in one process (``runoff``: the leader as the baseline, the challenger as the candidate, on
+head in one judgement (``runoff``: the leader as the baseline, the challenger as the candidate, on
 the bucket's shapes): the challenger takes the bucket when it is measurably faster there and
 slower nowhere, and when neither is measurably faster the one made of fewer skeletons is kept.
 """
@@ -42,7 +42,7 @@ MAX_CHALLENGERS = 2  # per bucket, the closest first
 
 @dataclass(frozen=True)
 class Runoff:
-    """One head-to-head in a bucket: the challenger timed against the leader in one process."""
+    """One head-to-head in a bucket: the challenger timed against the leader in one judgement."""
     bucket: str
     leader: str  # candidate labels
     challenger: str

@@ -47,7 +47,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class PerfResult:
-    """Baseline (the original kernel) and candidate timed interleaved in one process.
+    """Baseline (the original kernel) and candidate timed interleaved: A in the oracle worker, B in the candidate worker, by the judge.
 
     speedup = baseline time / candidate time, median of the paired ratios with its 95 %
     interval; verdict "faster" / "slower" only when the interval clears both 1 and the
