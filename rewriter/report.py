@@ -41,6 +41,13 @@ def render_markdown(data: dict, plot: str | None) -> str:
     if rates:
         out.append("- roofline: " + "; ".join(f"copy {c / 1e3:.3f} TB/s (best of 20 copies of 1 GiB), matmul {m:.0f} TFLOP/s"
                                               for c, m in rates) + (" (measured once for this run)" if len(rates) == 1 else ""))
+    gates = [c["gate"] for c in data["candidates"] if c.get("gate")]
+    machine = next((g["machine"] for g in gates if isinstance(g.get("machine"), dict) and g["machine"].get("name")), None)
+    if machine:
+        out.append(f"- GPU: {machine['name']}, driver {machine.get('driver') or '?'}; {machine.get('versions', '')}")
+    isolation = next((g["isolation"] for g in gates if g.get("isolation")), None)
+    if isolation:
+        out.append(f"- candidates ran contained: {isolation.get('summary', '')} (README: Trust model)")
     out += [f"- note: {n}" for n in data["notes"]]
     if data["winners"]:
         out += ["", "## Accepted", "", "| shape bucket | variant |", "| --- | --- |"]

@@ -18,6 +18,8 @@ the target's launcher with the same arguments.
 
 Numerics run on every shape and seed against the float64 reference and the original
 kernel; on a GPU the candidate is then timed against the original, interleaved, per shape.
+The candidate, the target and the spec are executed, each in a contained worker process of
+the gate's, never in this one (README: Trust model); the report says what contained them.
 Without a GPU numerics run in the Triton interpreter on the 'ci' shapes and performance is
 reported as not measured."""
 
@@ -102,6 +104,11 @@ def render(result) -> str:
         else:
             perf = v.perf_note
         lines.append(f"  {v.shape:<32} {status} rel-RMS {errs}  | {perf}")
+    if result.machine is not None and getattr(result.machine, "name", ""):
+        m = result.machine
+        lines.append(f"  device: {m.name} (driver {m.driver or '?'}; {m.versions}), copy {m.copy_bps / 1e12:.2f} TB/s")
+    if result.isolation:
+        lines.append(f"  isolation: {result.isolation.get('summary', '')}")
     if result.reasons:
         lines.append("reasons:")
         lines += [f"  - {r}" for r in result.reasons]
