@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 import json
 import re
 import shutil
@@ -213,3 +214,52 @@ def test_timing_checks_catch_work_left_running_while_the_original_is_timed():
     with pytest.raises(Untrusted, match="stayed busy"):
         flip = itertools.cycle([100.0, 150.0])  # never two in a row alike: the device never settles
         _drain(lambda: next(flip), max_s=0.2)
+
+
+def _descendants(pid: int) -> set[int]:
+    from skel.validate.sandbox import children
+
+    found, todo = set(), [pid]
+    while todo:
+        for kid in children(todo.pop()):
+            if kid not in found:
+                found.add(kid)
+                todo.append(kid)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_killing_skel_validate_leaves_no_process_of_the_gate_behind(tmp_path):
+    """kill -9 of `skel validate` while its candidate hangs: the fork server, the supervisors and the
+    workers all go with it (the fork server sees its socket close, supervisors and workers die with
+    their parents)."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "skel", "validate", "kda_decode", str(ROOT / "tests/cheaters/hangs.py"),
+                             "--device", "cpu", "--seeds", "0", "--time-limit", "120"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        tree: set[int] = set()
+        while time.monotonic() < deadline and len(tree) < 5:  # fork server, 2 supervisors, 2 workers
+            time.sleep(0.2)
+            tree = _descendants(proc.pid)
+        assert len(tree) >= 5, f"the gate's processes did not all start: {tree}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in tree):
+            time.sleep(0.1)
+        assert not [p for p in tree if _alive(p)], "processes left behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
