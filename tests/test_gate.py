@@ -263,3 +263,17 @@ def test_killing_skel_validate_leaves_no_process_of_the_gate_behind(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_spec_that_raises_is_a_clear_input_error_not_a_traceback(tmp_path):
+    spec = tmp_path / "broken_spec.py"
+    spec.write_text(
+        "import dataclasses\n"
+        "from skel.kernels.kda_decode.spec import SPEC as FAMILY\n\n"
+        "def make_inputs(shape, dtype, seed, device):\n"
+        "    return 1 / 0\n\n"
+        "SPEC = dataclasses.replace(FAMILY, make_inputs=make_inputs)\n")
+    result = validate(KDA, KDA, spec=spec, device="cpu", seeds=(0,), shapes=["N2-T1-H1-HV2-K32-V64"])
+    assert not result.accepted and result.error
+    assert "ZeroDivisionError" in result.error and "broken_spec.py:5" in result.error, result.error
+    assert "\n" not in result.error

@@ -22,6 +22,7 @@ from typing import Iterable
 from skel.validate.integrity import FileGuard
 from skel.validate.load import TargetError, resolve_target
 from skel.validate.result import GateResult, PerfResult, ShapeVerdict
+from skel.validate.session import Worker, WorkerLost, scratch_config
 from skel.validate.spec import Shape, SpecInfo, dtype_name
 
 REQUIRE = ("correct", "not-slower", "faster")
@@ -114,7 +115,6 @@ def spec_dims(spec: str | Path) -> tuple[tuple[tuple[str, str], ...], str]:
 
 def _ask_spec(spec: str | Path, message: dict | None) -> tuple[SpecInfo, dict]:
     from skel.validate.roles import Deadline, OracleClient, OracleFailed
-    from skel.validate.session import Worker, scratch_config
 
     root = Path(tempfile.mkdtemp(prefix="skel-spec-"))
     worker = None
@@ -186,7 +186,6 @@ class _Judgement:
 
     def run(self) -> None:
         from skel.validate.roles import Deadline, OracleClient, OracleFailed
-        from skel.validate.session import Worker, WorkerLost, scratch_config
 
         req = self.req
         oracle = candidate = None
@@ -206,10 +205,12 @@ class _Judgement:
             except OracleFailed as exc:
                 self.error = str(exc)
                 return
-            candidate = self._start_candidate(Worker, scratch_config)
+            candidate = self._start_candidate()
             self._judge(client, candidate)
         except WorkerLost as lost:
             self._lost(lost, oracle if lost.role == "oracle" else candidate)
+        except OracleFailed as exc:  # the spec or the original broke mid-judgement: the input is bad
+            self.error = str(exc)
         finally:
             for worker in (candidate, oracle):
                 if worker is not None:
@@ -228,7 +229,7 @@ class _Judgement:
         self.seeds = (tuple(int(s) for s in req.seeds) if req.seeds is not None
                       else (0, random.randrange(1, 2**31)))
 
-    def _start_candidate(self, worker_cls, scratch_config):
+    def _start_candidate(self):
         req = self.req
         cache = _candidate_cache()
         config = scratch_config(self.root, "candidate", req.device, landlock=req.landlock,
@@ -236,7 +237,7 @@ class _Judgement:
         copy = Path(config["scratch"]) / "work" / req.candidate.name
         shutil.copyfile(req.candidate, copy)
         config["candidate"] = str(copy)
-        worker = worker_cls(config, req.device)
+        worker = Worker(config, req.device)
         self.isolation = worker.isolation
         return worker
 

@@ -91,8 +91,8 @@ class OracleClient:
         descriptor, new, fds = self.worker.upload({"got": got})
         reply = self.worker.request({"op": "check", "name": name, "tensors": descriptor, "new_blocks": new},
                                     self.deadline.left(), f"running the spec's check of '{name}'", fds)
-        if "internal" in reply:
-            return f"the spec's check failed: {reply['internal'].strip().splitlines()[-1]}"
+        if "error" in reply or "internal" in reply:
+            raise OracleFailed(str(reply.get("error") or _last(reply["internal"])))
         return reply.get("problem")
 
     def machine(self, known: Machine | None) -> Machine:

@@ -95,14 +95,17 @@ class Role:
             handler = getattr(self, f"op_{op}", None)
             try:
                 reply = handler(message) if handler else {"internal": f"unknown request {op!r}"}
-            except Exception:
-                reply = {"internal": traceback.format_exc()[-4000:]}
+            except Exception as exc:
+                reply = self.failed(exc, op)
             if op not in _TIMED:  # a timing sample's round trip is measured by the judge: keep it bare
                 reply.update(self.notes())
             channel.send(sock, reply)
 
     def notes(self) -> dict:
         return {}
+
+    def failed(self, exc: Exception, op: str) -> dict:
+        return {"internal": traceback.format_exc()[-4000:]}
 
     # -- tensors --------------------------------------------------------------------------------------
     def hand_over(self, named: list[tuple[str, Any]]) -> list[dict]:
@@ -150,6 +153,16 @@ class Oracle(Role):
         self.original = None
         self.case: dict | None = None
         self.sets: list[dict] = []
+
+    def failed(self, exc: Exception, op: str) -> dict:
+        """Here only the spec and the original run besides the gate: their failure is the input's, said in
+        one line with the deepest line of the spec or kernel file it passed through."""
+        from skel.validate.numerics import describe_exception
+
+        traceback.print_exc()  # the whole story in the worker's log
+        where = next((Path(p) for p in (self.config.get("spec"), self.config.get("kernel")) if p
+                      and any(Path(f.filename) == Path(p) for f in traceback.extract_tb(exc.__traceback__))), None)
+        return {"error": f"the spec or original kernel failed ({op}): {describe_exception(exc, where)}"}
 
     def op_hello(self, message: dict) -> dict:
         from skel.validate.load import TargetError, load_module, load_spec
