@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from skel.catalog import rows
+
 CANDIDATE_RE = re.compile(r"^SKP[0-9A-F]{5}$")
 
 
@@ -116,17 +118,8 @@ class HistoryStore:
 
     def history_edits(self, repo: str | None = None) -> list:
         """Every stored kernel edit (of one repo, or all), oldest commit first."""
-        from skel.miner.history_edits import Edit, KernelEdit
-        from skel.miner.history_patterns import MinedEdit
-
         sql = "SELECT * FROM history_edits" + (" WHERE repo = ?" if repo else "") + " ORDER BY id"
-        out = []
-        for r in self._q(sql, (repo,) if repo else ()):
-            edits, sources = _read_edits(r["edits_json"])
-            ke = KernelEdit(r["path"], r["kernel"], r["line"], bool(r["jit"]), tuple(json.loads(r["local_names_json"])),
-                            tuple(Edit.from_json(e) for e in edits), sources)
-            out.append(MinedEdit(r["repo"], r["commit_sha"], r["message"], r["committed_at"], ke))
-        return out
+        return rows.decoded(self.path, "history_edits", self._q(sql, (repo,) if repo else ()))
 
     def history_repos(self) -> list[dict]:
         return [dict(r) for r in self._q("SELECT * FROM history_repos ORDER BY repo")]
@@ -157,11 +150,11 @@ class HistoryStore:
     def candidates(self, status: str | None = None) -> list[CandidateSkeleton]:
         """Candidates, best score first (ties by code)."""
         sql = "SELECT * FROM candidates" + (" WHERE status = ?" if status else "") + " ORDER BY score DESC, code"
-        return [_candidate(r) for r in self._q(sql, (status,) if status else ())]
+        return rows.decoded(self.path, "candidates", self._q(sql, (status,) if status else ()))
 
     def candidate(self, code: str) -> CandidateSkeleton | None:
-        rows = self._q("SELECT * FROM candidates WHERE code = ?", (code.upper(),))
-        return _candidate(rows[0]) if rows else None
+        found = rows.decoded(self.path, "candidates", self._q("SELECT * FROM candidates WHERE code = ?", (code.upper(),)))
+        return found[0] if found else None
 
     def mark_promoted(self, code: str, library_code: str) -> None:
         with self.transaction():
@@ -177,14 +170,3 @@ def _edits_json(ke) -> str:
     """
     return json.dumps({"edits": [e.to_json() for e in ke.edits], "sources": list(ke.sources)})
 
-
-def _read_edits(text: str) -> tuple[list, tuple[str, ...]]:
-    data = json.loads(text)
-    if isinstance(data, list):
-        return data, ()
-    return data["edits"], tuple(data.get("sources", ()))
-
-
-def _candidate(r) -> CandidateSkeleton:
-    return CandidateSkeleton(r["code"], r["name"], r["title"], r["status"], r["promoted_as"], r["score"], r["kernels"],
-                             r["commits"], r["perf_commits"], json.loads(r["pattern_json"]))
