@@ -151,10 +151,15 @@ def cmd_list(args) -> int:
 
 def cmd_promote(args) -> int:
     from skel.catalog import promote, store
+    from skel.catalog.candidates import CANDIDATE_RE
     from skel.catalog.library import CODE_RE, load_skeleton
 
     root = Path(args.library or default_root())
     path = args.catalog or store.default_catalog_path()
+    if not CANDIDATE_RE.match(args.code.upper()):
+        raise UsageError(f"{args.code!r}: a candidate code looks like SKP3FA91 (`skel catalog list --status preview`)")
+    if not root.is_dir():
+        raise UsageError(f"--library {root}: no such folder")
     cand = None
     if Path(path).exists():
         with store.open_catalog(path) as cat:
