@@ -27,11 +27,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from skel.catalog import rows, salvage, schema
+from skel.catalog.candidates import PROGRESS_KEY, STALE_KEY, UNKNOWN_HEAD
 from skel.catalog.damage import CatalogError
 
 DDL = {1: schema.DDL_V1, 2: schema.DDL_V2, 3: schema.DDL_V3}
 STALE_HASH = "stale: salvaged by skel catalog repair"  # no content hash equals it: the file is re-parsed
-UNKNOWN_HEAD = ""  # history_repos.head after repair: mine --history re-walks the repository from the start
 MINED = ("sources", "kernels", "findings")
 HISTORY = ("history_repos", "history_edits", "candidates", "candidate_occurrences")
 COMPANIONS = ("-wal", "-shm", "-journal")
@@ -328,7 +328,11 @@ def _mark_follow_up(dst, tables: tuple[TableSalvage, ...]) -> None:
     if lost & {"kernels", "findings"}:
         dst.execute("UPDATE sources SET content_hash = ?", (STALE_HASH,))
     if lost & set(HISTORY):
+        # Forget every head and every stopped run's progress (its edits may be among the lost): the next
+        # `skel mine --history` re-walks each repository from the start and distils the candidates again.
         dst.execute("UPDATE history_repos SET head = ?", (UNKNOWN_HEAD,))
+        dst.execute("DELETE FROM meta WHERE key LIKE ?", (PROGRESS_KEY.format(repo="%"),))
+        dst.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, '1')", (STALE_KEY,))
     dst.execute("COMMIT")
 
 
