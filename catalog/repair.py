@@ -57,8 +57,13 @@ class TableSalvage:
         return self.undecodable + self.refused
 
     @property
+    def complete(self) -> bool:
+        """Every row the damaged file held is in the repaired one (known only when a count still read)."""
+        return self.lost == 0
+
+    @property
     def intact(self) -> bool:
-        return self.lost == 0 and not self.unreadable
+        return self.complete and not self.unreadable
 
     def to_json(self) -> dict:
         return {"table": self.table, "salvaged": self.salvaged, "lost": self.lost, "expected": self.expected,
@@ -323,7 +328,7 @@ def _salvaged(dst, table: str, copy: _Copy, scan: salvage.TableScan | None, unde
 
 
 def _mark_follow_up(dst, tables: tuple[TableSalvage, ...]) -> None:
-    lost = {t.table for t in tables if not t.intact}
+    lost = {t.table for t in tables if not t.complete}
     dst.execute("BEGIN")
     if lost & {"kernels", "findings"}:
         dst.execute("UPDATE sources SET content_hash = ?", (STALE_HASH,))
@@ -337,7 +342,7 @@ def _mark_follow_up(dst, tables: tuple[TableSalvage, ...]) -> None:
 
 
 def _follow_up(tables: tuple[TableSalvage, ...]) -> tuple[str, ...]:
-    lost = {t.table for t in tables if not t.intact}
+    lost = {t.table for t in tables if not t.complete}
     out = []
     if lost & {"kernels", "findings"}:
         out.append("every mined file is marked stale: the next `skel mine` re-parses it and records its kernels "
@@ -368,16 +373,23 @@ def _version(src, path: Path) -> int:
     except sqlite3.Error:
         version = 0
     have = salvage.tables(src)
-    if 1 <= version <= schema.CURRENT_VERSION:
-        need = set(_ddl_tables(DDL[version]))
-        if need <= set(have):
-            return version
+    if 1 <= version <= schema.CURRENT_VERSION and (_app(src) == schema.APP or set(_ddl_tables(DDL[version])) <= set(have)):
+        return version
     for v in sorted(DDL, reverse=True):
         need = _ddl_tables(DDL[v])
         if set(need) <= set(have) and all(set(_ddl_columns(DDL[v], t)) <= set(have[t]) for t in need):
             return v
     raise CatalogError(f"{path}: an SQLite database that is not a skel catalog (tables: {', '.join(have) or 'none'}); "
                        "repair only salvages skel catalogs, and this file was left untouched")
+
+
+def _app(src) -> str | None:
+    """The meta table's app, when it still reads."""
+    try:
+        row = src.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0].decode("utf-8", "replace") if row and isinstance(row[0], bytes) else (row[0] if row else None)
 
 
 def _ddl_tables(ddl: str) -> list[str]:
