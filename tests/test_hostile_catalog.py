@@ -1,35 +1,30 @@
-"""Hostile catalogs: damaged pages, rows that do not decode, missing tables, truncated files; their repair;
-crafted candidate names at promote; `skel mine --history` killed with SIGKILL and resumed.
+"""Hostile catalogs: damaged pages, rows that do not decode, missing tables, truncated files, and their repair.
 
 Every catalog here is a real SQLite file made by `skel mine kernels` and `skel mine --history` (on the
 repository of tests/history_repo.py), damaged by writing garbage over whole pages. Every verb either
 works (when it does not read what was damaged) or exits 2 with one line that names the catalog and the
-way forward; never a traceback.
+way forward; never a traceback. (Crafted names at promote: test_promote_paths.py; `skel mine
+--history` killed with SIGKILL and resumed: test_history_resume.py.)
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
-from io import StringIO
 from pathlib import Path
 
 import pytest
 
 import history_repo as hr
+from catalog_files import (candidate_code, copy, damage, history_state, page_count, page_size, quiet, rightmost_child,
+                           root_page, sha, table_rows)
 from skel.catalog.damage import CatalogBusy, CatalogDamaged, CatalogError, translate
-from skel.catalog.library import load_skeleton
-from skel.catalog.promote import slug
 from skel.cli import main
-from skel.commands.progress import RateProgress
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the repositories")
 
@@ -56,68 +51,6 @@ def base(repo, tmp_path_factory):
     assert not Path(str(db) + "-wal").exists() or Path(str(db) + "-wal").stat().st_size == 0
     conn.close()
     return db
-
-
-def quiet(argv: list[str], expect=(0, 1)) -> int:
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        rc = main(argv)
-    assert rc in expect, (argv, rc, err.getvalue())
-    return rc
-
-
-def copy(base: Path, tmp_path: Path, name: str = "catalog.sqlite") -> Path:
-    db = tmp_path / name
-    shutil.copy(base, db)
-    return db
-
-
-def page_size(db: Path) -> int:
-    return int.from_bytes(db.read_bytes()[16:18], "big")
-
-
-def page_count(db: Path) -> int:
-    return db.stat().st_size // page_size(db)
-
-
-def root_page(db: Path, name: str) -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
-    finally:
-        conn.close()
-
-
-def rightmost_child(db: Path, page: int) -> int:
-    """The right-most child of an interior b-tree page (the header's pointer at offset 8)."""
-    size = page_size(db)
-    head = (page - 1) * size + (100 if page == 1 else 0)
-    data = db.read_bytes()
-    assert data[head] in (2, 5), f"page {page} is not an interior page"
-    return int.from_bytes(data[head + 8:head + 12], "big")
-
-
-def damage(db: Path, page: int) -> None:
-    """Garbage over page ``page`` (from byte 100 on page 1, so that the file header stays intact)."""
-    size = page_size(db)
-    data = bytearray(db.read_bytes())
-    start = (page - 1) * size + (100 if page == 1 else 0)
-    data[start:page * size] = random.Random(page).randbytes(page * size - start)
-    db.write_bytes(bytes(data))
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def candidate_code(db: Path) -> str:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute("SELECT code FROM candidates ORDER BY score DESC, code").fetchone()[0]
-    finally:
-        conn.close()
 
 
 # Which page a damage hits, as a function of the base catalog.
@@ -269,18 +202,6 @@ def test_apply_preview_reading_damaged_candidates_exits_2(base, tmp_path, capsys
 
 
 # ------------------------------------------------------------------- repair
-def table_rows(db: Path, skip=("mined_at", "updated_at")) -> dict[str, set]:
-    conn = sqlite3.connect(db)
-    try:
-        out = {}
-        for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"):
-            cols = [r[1] for r in conn.execute(f"PRAGMA table_info({t})") if r[1] not in skip]
-            out[t] = set(conn.execute(f"SELECT {', '.join(cols)} FROM {t}"))
-        return out
-    finally:
-        conn.close()
-
-
 def repair_json(db: Path, capsys) -> dict:
     capsys.readouterr()
     assert main(["catalog", "repair", "--catalog", str(db), "--json"]) == 0
@@ -437,193 +358,6 @@ def test_sqlite_errors_about_the_file_become_one_line_naming_it(tmp_path, code, 
     assert str(tmp_path / "c.sqlite") in str(got) and "\n" not in str(got)
     assert ("--catalog PATH" in str(got)) == (kind is not CatalogBusy)  # busy: wait, not another catalog
     assert ("skel catalog repair" in str(got)) == (kind is CatalogDamaged)
-
-
-# ------------------------------------------------------------------ promote
-CRAFTED = ["../../escaped", "/etc/passwd", "a/../../b", "..", ".", "x\x00y", "C:\\Windows\\evil", "名前",
-           "", "-", "a" * 300, "~/home", "\n[code]\nname = 'x'"]
-
-
-@pytest.fixture()
-def library(tmp_path):
-    lib = tmp_path / "lib"
-    shutil.copytree(REPO_ROOT / "skeletons", lib, ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
-    return lib
-
-
-def tree(path: Path) -> set[str]:
-    return {str(p.relative_to(path)) for p in path.rglob("*")}
-
-
-@pytest.mark.parametrize("name", CRAFTED)
-def test_promote_never_writes_outside_the_library_whatever_the_name(base, tmp_path, library, capsys, name):
-    db = copy(base, tmp_path)
-    cand = candidate_code(db)
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE candidates SET name = ? WHERE code = ?", (name, cand))
-    outside = tree(tmp_path) - {str(Path("lib") / p) for p in tree(library)}
-    before = set(os.listdir(library))
-    capsys.readouterr()
-    assert main(["catalog", "promote", cand, "--catalog", str(db), "--library", str(library)]) == 0, \
-        capsys.readouterr().err
-    (new,) = set(os.listdir(library)) - before
-    folder = library / new
-    assert folder.is_dir() and not folder.is_symlink() and folder.resolve().parent == library.resolve()
-    assert new == f"{new[:5]}-{slug(name)}" and slug(name) and "/" not in new and ".." not in new
-    sk, problems = load_skeleton(folder)
-    assert problems == [] and sk.name == slug(name)
-    after_outside = tree(tmp_path) - {str(Path("lib") / p) for p in tree(library)}
-    assert after_outside - outside <= {"catalog.sqlite-wal", "catalog.sqlite-shm"}, after_outside - outside
-
-
-def test_promote_refuses_a_folder_that_is_a_link_out_of_the_library(base, tmp_path, library, capsys, monkeypatch):
-    from skel.catalog import promote
-    from skel.errors import UsageError
-
-    db = copy(base, tmp_path)
-    cand = candidate_code(db)
-    with sqlite3.connect(db) as conn:
-        name = conn.execute("SELECT name FROM candidates WHERE code = ?", (cand,)).fetchone()[0]
-    code = promote.next_code(library)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (library / f"{code}-{slug(name)}").symlink_to(elsewhere, target_is_directory=True)
-    capsys.readouterr()
-    rc = main(["catalog", "promote", cand, "--as", code, "--catalog", str(db), "--library", str(library)])
-    err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert list(elsewhere.iterdir()) == []
-    # the generator itself refuses a link in the way, and a folder that would resolve outside the library
-    from skel.catalog.store import open_catalog
-
-    with open_catalog(db) as cat:
-        c = cat.candidate(cand)
-    linked = promote.Promotion(cand, code, library / f"{code}-{slug(name)}", (("skeleton.toml", "x"),))
-    with pytest.raises(UsageError, match="refusing"):
-        promote.write(linked)
-    monkeypatch.setattr(promote, "slug", lambda n: "x/../../../escaped")
-    with pytest.raises(UsageError, match="outside the library"):
-        promote.render(c, "SK099", library)
-    monkeypatch.undo()
-    assert list(elsewhere.iterdir()) == [] and not (tmp_path / "escaped").exists()
-    for bad in (["--as", "../SK999"], ["--as", "SK1/.."]):
-        assert main(["catalog", "promote", cand, *bad, "--catalog", str(db), "--library", str(library)]) == 2
-    assert main(["catalog", "promote", "SKP../../x", "--catalog", str(db), "--library", str(library)]) == 2
-    assert main(["catalog", "promote", cand, "--catalog", str(db), "--library", str(tmp_path / "nope")]) == 2
-
-
-# ------------------------------------------------------ mine --history: kill -9
-KILLER = textwrap.dedent("""
-    import os, signal, sys
-    from skel.catalog.candidates import HistoryStore
-    stop_after, done, record = int(sys.argv[1]), [0], HistoryStore.record_commit
-    def record_then_die(self, *args, **kwargs):
-        record(self, *args, **kwargs)
-        done[0] += 1
-        if done[0] == stop_after:
-            os.kill(os.getpid(), signal.SIGKILL)
-    HistoryStore.record_commit = record_then_die
-    from skel.cli import main
-    sys.exit(main(sys.argv[2:]))
-""")
-
-
-def kill_mid_history(db: Path, repo: Path, after: int, *extra: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", KILLER, str(after), "mine", "--history", str(repo), "--catalog",
-                           str(db), "--no-progress", *extra], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-
-
-def history_state(db: Path) -> dict:
-    return {t: rows for t, rows in table_rows(db).items() if t in ("meta", "history_repos", "history_edits",
-                                                                   "candidates", "candidate_occurrences")}
-
-
-def no_process_mentions(path: Path, timeout_s: float = 5.0) -> bool:
-    """No process left whose command line names ``path`` (the killed miner's git cat-file, say)."""
-    if not Path("/proc").is_dir():
-        return True
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = []
-        for p in Path("/proc").iterdir():
-            try:
-                if p.name.isdigit() and str(path).encode() in (p / "cmdline").read_bytes():
-                    left.append(p.name)
-            except OSError:
-                continue
-        if not left or time.monotonic() > deadline:
-            return not left
-        time.sleep(0.05)
-
-
-def test_history_killed_mid_run_resumes_and_ends_as_an_uninterrupted_run(repo, tmp_path, capsys):
-    whole = tmp_path / "whole.sqlite"
-    assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
-    db = tmp_path / "killed.sqlite"
-    kill_mid_history(db, repo, after=4)
-    assert no_process_mentions(repo), "the killed run left a child process behind"
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-        assert conn.execute("SELECT head FROM history_repos").fetchall() == [("",)], "not complete, not claimed"
-        assert conn.execute("SELECT COUNT(*) FROM candidates").fetchone()[0] == 0
-        kept = {r[0] for r in conn.execute("SELECT DISTINCT commit_sha FROM history_edits")}
-    shas = hr.git(repo, "log", "--reverse", "--format=%H").split()
-    assert kept and kept <= set(shas[:4]), "the first four commits' work is kept, nothing of later ones"
-    assert {r for r in history_state(whole)["history_edits"] if r[2] in kept} == \
-        {r for r in history_state(db)["history_edits"]}, "each kept commit has all of its edits"
-    capsys.readouterr()
-    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress", "--json"]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
-    assert report["commits"] == len(shas) - 4, "only the remaining commits are walked"
-    assert history_state(db) == history_state(whole)
-    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
-    assert history_state(db) == history_state(whole), "a further run has nothing to do"
-
-
-def test_history_killed_on_an_older_head_resumes_then_walks_on(repo, tmp_path):
-    whole = tmp_path / "whole.sqlite"
-    assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
-    db = tmp_path / "killed.sqlite"
-    kill_mid_history(db, repo, 3, "--rev", "HEAD~2")
-    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
-    assert history_state(db) == history_state(whole)
-
-
-def test_history_killed_after_every_commit_before_distilling_redistils(repo, tmp_path):
-    whole = tmp_path / "whole.sqlite"
-    assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
-    db = tmp_path / "killed.sqlite"
-    kill_mid_history(db, repo, len(hr.STEPS))  # every commit recorded, killed before the head moved
-    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
-    assert history_state(db) == history_state(whole)
-
-
-class _Terminal(StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_history_progress_shows_done_total_rate_and_eta():
-    now = [100.0]
-    term = _Terminal()
-    bar = RateProgress(term, "skel mine --history repo", "commits", clock=lambda: now[0])
-    bar(400, 900)  # a resumed run starts at 400: that is not this run's speed
-    now[0] += 10
-    bar(450, 900, "abc1234567")
-    assert "450/900 commits (50 %), 5.0 commits/s, ETA 1 min 30 s  abc1234567" in term.getvalue()
-    bar.close()
-    assert term.getvalue().endswith("\r")
-    log = StringIO()
-    plain = RateProgress(log, "skel mine --history repo", "commits", every_s=10, clock=lambda: now[0])
-    plain(0, 20)
-    now[0] += 1
-    plain(1, 20)
-    assert log.getvalue() == "", "no line before every_s has passed"
-    now[0] += 10
-    plain(5, 20)
-    assert log.getvalue().count("\n") == 1 and "5/20 commits" in log.getvalue()
 
 
 def test_lost_history_is_rewalked_after_repair(base, repo, tmp_path, capsys):
