@@ -35,9 +35,11 @@ class HistoryProgress:
     target: str
     done: int
     last: str
+    paths: tuple[str, ...] = ()  # the walk's --under folders
 
     def to_json(self) -> dict:
-        return {"since": self.since, "target": self.target, "done": self.done, "last": self.last}
+        return {"since": self.since, "target": self.target, "done": self.done, "last": self.last,
+                "paths": list(self.paths)}
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ class HistoryStore:
             return None
         try:
             d = json.loads(found[0]["value"])
-            return HistoryProgress(d["since"], d["target"], int(d["done"]), d["last"])
+            return HistoryProgress(d["since"], d["target"], int(d["done"]), d["last"], tuple(d.get("paths", ())))
         except (ValueError, KeyError, TypeError):
             return None  # unreadable progress: the run is redone from its start
 
@@ -144,9 +146,14 @@ class HistoryStore:
             self._set_meta(PROGRESS_KEY.format(repo=repo), json.dumps(progress.to_json()))
             self._set_meta(STALE_KEY, "1")
 
-    def finish_history(self, repo: str, head: str, commits: int, reset: bool = False) -> None:
-        """The run over ``repo`` walked every commit up to ``head``: move the head, count the commits."""
+    def finish_history(self, repo: str, head: str, commits: int, reset: bool = False, forget: bool = False) -> None:
+        """The run over ``repo`` walked every commit up to ``head``: move the head, count the commits.
+
+        ``forget``: drop the repository's stored edits (a re-walk from the start that found no commit to record).
+        """
         with self.transaction():
+            if forget:
+                self._conn.execute("DELETE FROM history_edits WHERE repo = ?", (repo,))
             self._conn.execute(
                 "INSERT INTO history_repos(repo, head, commits, mined_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, "

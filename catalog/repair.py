@@ -94,6 +94,9 @@ def _salvage_into(path: Path, fresh: Path) -> tuple[int, tuple[TableSalvage, ...
                 if scan is None or scan.unreadable:
                     _copy_pages(pf, version, copy, scan)
                 copies[table] = (copy, scan)
+            if src is None and not any(c.from_pages for t, (c, _) in copies.items() if t != "meta"):
+                raise CatalogError(f"{path}: nothing can be salvaged: {problems[0]}, and no page holds rows of a "
+                                   "skel catalog; it was left untouched")
             schema.migrate(dst, version)
             undecodable = _drop_undecodable(dst)
             dst.execute("COMMIT")

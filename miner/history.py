@@ -125,11 +125,11 @@ def mine_history(
             if progress:
                 progress(plan.skip, len(plan.walked), "")
             for n, (commit, mined) in enumerate(_walk(root, repo, todo, paths, stats), plan.skip + 1):
-                cat.record_commit(repo, HistoryProgress(plan.since, plan.target, n, commit.sha), mined,
+                cat.record_commit(repo, HistoryProgress(plan.since, plan.target, n, commit.sha, tuple(paths)), mined,
                                   reset=plan.reset and n == 1)
                 if progress:
                     progress(n, len(plan.walked), commit.sha[:10])
-            cat.finish_history(repo, plan.target, len(plan.walked), reset=plan.reset)
+            cat.finish_history(repo, plan.target, len(plan.walked), reset=plan.reset, forget=plan.reset and not todo)
             walked_now += len(todo)
             # A resumed walk ends at the target of the run that was stopped; go on from there to ``head``.
             plan = None if plan.target == head else _plan(cat, root, repo, head, paths, max_commits, False)
@@ -166,7 +166,8 @@ def _plan(cat: Catalog, root: Path, repo: str, head: str, paths, max_commits, fo
                                  max_count=max_commits if stopped.since is None else None)
         except git.GitError:  # the stopped run's commits are gone (history rewritten and pruned)
             walked = []
-        if 1 <= stopped.done <= len(walked) and walked[stopped.done - 1].sha == stopped.last:
+        same = stopped.paths == tuple(paths) and 1 <= stopped.done <= len(walked)
+        if same and walked[stopped.done - 1].sha == stopped.last:
             return _Plan(stopped.since, stopped.target, walked, stopped.done, False)
         return _Plan(None, head, git.commits(root, head, paths=paths, max_count=max_commits), 0, True)
     known = None if force else cat.history_head(repo)

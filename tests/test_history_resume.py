@@ -142,3 +142,22 @@ def test_history_progress_shows_done_total_rate_and_eta():
     assert log.getvalue().count("\n") == 1 and "5/20 commits" in log.getvalue()
 
 
+
+
+def test_a_stopped_run_is_not_resumed_under_other_paths(repo, tmp_path):
+    whole = tmp_path / "whole.sqlite"
+    assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
+    db = tmp_path / "killed.sqlite"
+    kill_mid_history(db, repo, 2, "--under", "ops")
+    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
+    assert history_state(db) == history_state(whole)
+
+
+def test_force_over_a_walk_with_no_commit_forgets_the_old_edits(repo, tmp_path):
+    db = tmp_path / "c.sqlite"
+    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
+    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress", "--force",
+                 "--under", "no/such/folder"]) == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM history_edits").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM candidates").fetchone()[0] == 0

@@ -273,14 +273,20 @@ def test_repair_refuses_what_is_not_a_skel_catalog(tmp_path, capsys):
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as conn:
         conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
-    for path in (notes, foreign, tmp_path / "missing.sqlite"):
+    broken = tmp_path / "broken.sqlite"  # someone else's SQLite file whose schema page is damaged
+    with sqlite3.connect(broken) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, age INTEGER)")
+        conn.executemany("INSERT INTO users(name, age) VALUES (?, ?)", [("ada", 36), ("alan", 41)])
+    conn.close()
+    damage(broken, 1)
+    for path in (notes, foreign, broken, tmp_path / "missing.sqlite"):
         digest = sha(path) if path.exists() else None
         capsys.readouterr()
         assert main(["catalog", "repair", "--catalog", str(path)]) == 2
         err = capsys.readouterr().err
         assert str(path) in err and len(err.strip().splitlines()) == 1
         assert (sha(path) if path.exists() else None) == digest
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign.sqlite", "notes.sqlite"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.sqlite", "foreign.sqlite", "notes.sqlite"]
 
 
 def test_rows_that_do_not_decode_are_damage_and_repair_drops_them(base, tmp_path, capsys):
