@@ -13,7 +13,33 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from skel.catalog import rows
+
 CANDIDATE_RE = re.compile(r"^SKP[0-9A-F]{5}$")
+# history_repos.head of a repository whose mined state is not known to be complete (a run that was
+# stopped before its first commit was done, or a catalog salvaged by `skel catalog repair`): the next
+# `skel mine --history` re-walks it from the start, replacing its edits.
+UNKNOWN_HEAD = ""
+# meta keys: the progress of a run that walks commits (one per repository), and a flag that the
+# candidates were not distilled since edits last changed (a run stopped between the two).
+PROGRESS_KEY = "history_progress {repo}"
+STALE_KEY = "candidates_stale"
+
+
+@dataclass(frozen=True)
+class HistoryProgress:
+    """How far a `skel mine --history` run got: the first ``done`` commits of the walk ``since..target``
+    (the ``done``-th being ``last``) are in the catalog, each committed with its edits."""
+
+    since: str | None
+    target: str
+    done: int
+    last: str
+    paths: tuple[str, ...] = ()  # the walk's --under folders
+
+    def to_json(self) -> dict:
+        return {"since": self.since, "target": self.target, "done": self.done, "last": self.last,
+                "paths": list(self.paths)}
 
 
 @dataclass(frozen=True)
@@ -89,6 +115,73 @@ class HistoryStore:
         rows = self._q("SELECT head FROM history_repos WHERE repo = ?", (repo,))
         return rows[0]["head"] if rows else None
 
+    def history_progress(self, repo: str) -> HistoryProgress | None:
+        """Where a stopped (killed) run over ``repo`` left off; None when no run is unfinished."""
+        found = self._q("SELECT value FROM meta WHERE key = ?", (PROGRESS_KEY.format(repo=repo),))
+        if not found:
+            return None
+        try:
+            d = json.loads(found[0]["value"])
+            return HistoryProgress(d["since"], d["target"], int(d["done"]), d["last"], tuple(d.get("paths", ())))
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable progress: the run is redone from its start
+
+    def record_commit(self, repo: str, progress: HistoryProgress, mined, reset: bool = False) -> None:
+        """One walked commit: its kernel edits and the run's progress, in one transaction.
+
+        ``reset`` (with the first commit of a run that re-walks from the start) forgets the
+        repository's edits first and marks its head unknown until the run finishes, so a run
+        stopped midway resumes where it stopped and never passes for complete.
+        """
+        with self.transaction():
+            if reset:
+                self._conn.execute("DELETE FROM history_edits WHERE repo = ?", (repo,))
+            self._conn.execute(
+                "INSERT INTO history_repos(repo, head, commits, mined_at) VALUES (?, ?, 0, ?) "
+                + ("ON CONFLICT(repo) DO UPDATE SET head = excluded.head, commits = 0" if reset else
+                   "ON CONFLICT(repo) DO NOTHING"),
+                (repo, UNKNOWN_HEAD, _now()),
+            )
+            self._insert_edits(mined)
+            self._set_meta(PROGRESS_KEY.format(repo=repo), json.dumps(progress.to_json()))
+            self._set_meta(STALE_KEY, "1")
+
+    def finish_history(self, repo: str, head: str, commits: int, reset: bool = False, forget: bool = False) -> None:
+        """The run over ``repo`` walked every commit up to ``head``: move the head, count the commits.
+
+        ``forget``: drop the repository's stored edits (a re-walk from the start that found no commit to record).
+        """
+        with self.transaction():
+            if forget:
+                self._conn.execute("DELETE FROM history_edits WHERE repo = ?", (repo,))
+            self._conn.execute(
+                "INSERT INTO history_repos(repo, head, commits, mined_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, "
+                "commits = CASE WHEN ? THEN excluded.commits ELSE history_repos.commits + excluded.commits END, "
+                "mined_at = excluded.mined_at",
+                (repo, head, commits, _now(), 1 if reset else 0),
+            )
+            self._conn.execute("DELETE FROM meta WHERE key = ?", (PROGRESS_KEY.format(repo=repo),))
+            self._set_meta(STALE_KEY, "1")
+
+    def candidates_stale(self) -> bool:
+        """True when edits changed after the candidates were last distilled (a run stopped in between)."""
+        return bool(self._q("SELECT 1 FROM meta WHERE key = ?", (STALE_KEY,)))
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = "
+                           "excluded.value", (key, value))
+
+    def _insert_edits(self, mined) -> None:
+        for m in mined:
+            ke = m.kernel_edit
+            self._conn.execute(
+                "INSERT OR REPLACE INTO history_edits(repo, commit_sha, message, committed_at, path, kernel, line, jit, "
+                "local_names_json, edits_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (m.repo, m.commit, m.message, m.date, ke.path, ke.kernel, ke.line, int(ke.jit),
+                 json.dumps(list(ke.local_names)), _edits_json(ke)),
+            )
+
     def record_history(self, repo: str, head: str, commits: int, mined, reset: bool = False) -> None:
         """Store the kernel edits of newly mined commits and move ``repo``'s head, in one transaction.
 
@@ -105,28 +198,13 @@ class HistoryStore:
                 "mined_at = excluded.mined_at",
                 (repo, head, commits, _now(), 1 if reset else 0),
             )
-            for m in mined:
-                ke = m.kernel_edit
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO history_edits(repo, commit_sha, message, committed_at, path, kernel, line, jit, "
-                    "local_names_json, edits_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (m.repo, m.commit, m.message, m.date, ke.path, ke.kernel, ke.line, int(ke.jit),
-                     json.dumps(list(ke.local_names)), _edits_json(ke)),
-                )
+            self._insert_edits(mined)
+            self._set_meta(STALE_KEY, "1")
 
     def history_edits(self, repo: str | None = None) -> list:
         """Every stored kernel edit (of one repo, or all), oldest commit first."""
-        from skel.miner.history_edits import Edit, KernelEdit
-        from skel.miner.history_patterns import MinedEdit
-
         sql = "SELECT * FROM history_edits" + (" WHERE repo = ?" if repo else "") + " ORDER BY id"
-        out = []
-        for r in self._q(sql, (repo,) if repo else ()):
-            edits, sources = _read_edits(r["edits_json"])
-            ke = KernelEdit(r["path"], r["kernel"], r["line"], bool(r["jit"]), tuple(json.loads(r["local_names_json"])),
-                            tuple(Edit.from_json(e) for e in edits), sources)
-            out.append(MinedEdit(r["repo"], r["commit_sha"], r["message"], r["committed_at"], ke))
-        return out
+        return rows.decoded(self.path, "history_edits", self._q(sql, (repo,) if repo else ()))
 
     def history_repos(self) -> list[dict]:
         return [dict(r) for r in self._q("SELECT * FROM history_repos ORDER BY repo")]
@@ -135,6 +213,7 @@ class HistoryStore:
     def store_candidates(self, patterns) -> None:
         """Replace the candidates by ``patterns`` (``Pattern``), keeping each code's promotion status."""
         with self.transaction():
+            self._conn.execute("DELETE FROM meta WHERE key = ?", (STALE_KEY,))
             promoted = {r["code"]: r["promoted_as"] for r in self._q("SELECT code, promoted_as FROM candidates WHERE status = 'promoted'")}
             self._conn.execute("DELETE FROM candidates")
             for p in patterns:
@@ -157,11 +236,11 @@ class HistoryStore:
     def candidates(self, status: str | None = None) -> list[CandidateSkeleton]:
         """Candidates, best score first (ties by code)."""
         sql = "SELECT * FROM candidates" + (" WHERE status = ?" if status else "") + " ORDER BY score DESC, code"
-        return [_candidate(r) for r in self._q(sql, (status,) if status else ())]
+        return rows.decoded(self.path, "candidates", self._q(sql, (status,) if status else ()))
 
     def candidate(self, code: str) -> CandidateSkeleton | None:
-        rows = self._q("SELECT * FROM candidates WHERE code = ?", (code.upper(),))
-        return _candidate(rows[0]) if rows else None
+        found = rows.decoded(self.path, "candidates", self._q("SELECT * FROM candidates WHERE code = ?", (code.upper(),)))
+        return found[0] if found else None
 
     def mark_promoted(self, code: str, library_code: str) -> None:
         with self.transaction():
@@ -177,14 +256,3 @@ def _edits_json(ke) -> str:
     """
     return json.dumps({"edits": [e.to_json() for e in ke.edits], "sources": list(ke.sources)})
 
-
-def _read_edits(text: str) -> tuple[list, tuple[str, ...]]:
-    data = json.loads(text)
-    if isinstance(data, list):
-        return data, ()
-    return data["edits"], tuple(data.get("sources", ()))
-
-
-def _candidate(r) -> CandidateSkeleton:
-    return CandidateSkeleton(r["code"], r["name"], r["title"], r["status"], r["promoted_as"], r["score"], r["kernels"],
-                             r["commits"], r["perf_commits"], json.loads(r["pattern_json"]))

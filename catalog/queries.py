@@ -4,15 +4,15 @@ What was synced, mined and measured, as the records of ``skel.catalog.records``:
 skeleton entries, sources and their kernel profiles, findings, validation runs, a
 skeleton's evidence and the catalog's counts. The catalog owns the connection and
 the helpers these use (``_conn``, ``_q``, ``_depth``, ``path``, ``version``); all
-writing stays in ``skel.catalog.store``.
+writing stays in ``skel.catalog.store``. Rows become records through ``skel.catalog.rows``
+(a row that does not decode is reported as damage).
 """
 from __future__ import annotations
 
-import json
-import sqlite3
 from pathlib import Path
 
-from skel.catalog.records import Evidence, Finding, SourceRecord, Stats, ValidationRun, freeze
+from skel.catalog import rows
+from skel.catalog.records import Evidence, Finding, SourceRecord, Stats, ValidationRun
 
 
 class QueryStore:
@@ -21,31 +21,31 @@ class QueryStore:
     # --------------------------------------------------------------- skeletons
     def skeleton_entries(self) -> dict[str, dict]:
         """Code -> the library entry (``Skeleton.to_json()``) as last synced."""
-        return {r["code"]: json.loads(r["entry_json"]) for r in self._q("SELECT code, entry_json FROM skeletons ORDER BY code")}
+        found = self._q("SELECT code, entry_json FROM skeletons ORDER BY code")
+        return dict(zip((r["code"] for r in found), rows.decoded(self.path, "skeletons", found)))
 
     # ------------------------------------------------------------------ mining
     def source_hash(self, path: str | Path) -> str | None:
         """The content hash recorded for ``path`` (None if never mined): skip unchanged files."""
-        rows = self._q("SELECT content_hash FROM sources WHERE path = ?", (str(path),))
-        return rows[0]["content_hash"] if rows else None
+        found = self._q("SELECT content_hash FROM sources WHERE path = ?", (str(path),))
+        return found[0]["content_hash"] if found else None
 
     def source(self, path: str | Path) -> SourceRecord | None:
-        rows = self._q("SELECT * FROM sources WHERE path = ?", (str(path),))
-        return _source(rows[0]) if rows else None
+        found = rows.decoded(self.path, "sources", self._q("SELECT * FROM sources WHERE path = ?", (str(path),)))
+        return found[0] if found else None
 
     def sources(self, failed_only: bool = False) -> list[SourceRecord]:
         sql = "SELECT * FROM sources" + (" WHERE error IS NOT NULL" if failed_only else "") + " ORDER BY path"
-        return [_source(r) for r in self._q(sql)]
+        return rows.decoded(self.path, "sources", self._q(sql))
 
     def profiles(self, path: str | Path) -> list:
         """The kernel profiles recorded for ``path``, in line order (the miner's content-hash cache)."""
-        from skel.miner.profile import KernelProfile
-
-        rows = self._q(
-            "SELECT k.profile_json FROM kernels k JOIN sources s ON s.id = k.source_id WHERE s.path = ? ORDER BY k.line",
+        found = self._q(
+            "SELECT k.id, k.profile_json FROM kernels k JOIN sources s ON s.id = k.source_id WHERE s.path = ? "
+            "ORDER BY k.line",
             (str(path),),
         )
-        return [KernelProfile.from_json(json.loads(r["profile_json"])) for r in rows]
+        return rows.decoded(self.path, "kernels", found)
 
     def findings(
         self,
@@ -66,7 +66,7 @@ class QueryStore:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        return [_finding(r) for r in self._q(sql, args)]
+        return rows.decoded(self.path, "findings", self._q(sql, args))
 
     # -------------------------------------------------------------- validation
     def validation_runs(self, skeleton: str | None = None, kernel: str | None = None) -> list[ValidationRun]:
@@ -79,25 +79,19 @@ class QueryStore:
             clauses.append("kernel = ?")
             args.append(kernel)
         sql = "SELECT * FROM validation_runs" + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id"
-        return [_run(r) for r in self._q(sql, args)]
+        return rows.decoded(self.path, "validation_runs", self._q(sql, args))
 
     # ---------------------------------------------------------------- evidence
     def evidence(self, code: str) -> Evidence:
         """Everything the catalog knows for one skeleton: mined instances, opportunities, measured runs."""
         code = code.upper()
         # One read transaction so the three queries see the same snapshot under concurrent writers.
-        in_outer = self._depth > 0
-        if not in_outer:
-            self._conn.execute("BEGIN")
-        try:
+        with self.snapshot():
             instances = self.findings(skeleton=code, kind="instance")
             opportunities = self._q(
                 "SELECT COUNT(*) AS n FROM findings WHERE skeleton = ? AND kind = 'opportunity'", (code,)
             )[0]["n"]
             runs = self.validation_runs(skeleton=code)
-        finally:
-            if not in_outer:
-                self._conn.execute("COMMIT")
         return Evidence(code, tuple(instances), opportunities, tuple(runs))
 
     def stats(self) -> Stats:
@@ -116,21 +110,3 @@ class QueryStore:
             validation_runs=count("SELECT COUNT(*) FROM validation_runs"),
         )
 
-
-def _source(r: sqlite3.Row) -> SourceRecord:
-    return SourceRecord(r["path"], r["content_hash"], r["repo"], r["mtime"], r["size"], r["mined_at"], r["error"])
-
-
-def _finding(r: sqlite3.Row) -> Finding:
-    params = tuple((k, freeze(v)) for k, v in json.loads(r["params_json"]).items())
-    return Finding(r["skeleton"], r["kind"], r["path"], r["line"], r["end_line"], r["kernel"], params)
-
-
-def _run(r: sqlite3.Row) -> ValidationRun:
-    extra = tuple((k, freeze(v)) for k, v in json.loads(r["extra_json"]).items())
-    return ValidationRun(
-        skeletons=tuple(json.loads(r["skeletons_json"])), kernel=r["kernel"], shape=r["shape"], dtype=r["dtype"],
-        metric=r["metric"], verdict=r["verdict"], median=r["median"], ci_low=r["ci_low"], ci_high=r["ci_high"],
-        unit=r["unit"], gpu=r["gpu"], torch_version=r["torch_version"], triton_version=r["triton_version"],
-        source_hash=r["source_hash"], reason=r["reason"], created_at=r["created_at"], extra=extra, id=r["id"],
-    )

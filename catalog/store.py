@@ -8,7 +8,9 @@ than fail; each write is one ``BEGIN IMMEDIATE`` transaction (take the write
 lock up front, so two writers never deadlock upgrading a read lock); a writer
 killed mid-transaction leaves nothing behind. A file that is not skel's catalog
 (not SQLite, corrupt, someone else's SQLite, or newer than this code) is
-reported with its path and never modified.
+reported with its path and never modified. SQLite errors about the file itself (a damaged
+page met by any query, disk I/O, read-only...) become one ``CatalogError`` naming the file and
+the way forward (``skel.catalog.damage``); ``skel catalog repair`` salvages a damaged file.
 
 One ``Catalog`` per thread (sqlite3 connections are not shared across threads);
 any number of processes may open the same file.
@@ -28,6 +30,7 @@ from typing import Iterable, Iterator, Sequence
 
 from skel.catalog import schema
 from skel.catalog.candidates import HistoryStore
+from skel.catalog.damage import CatalogBusy, CatalogDamaged, CatalogError, GuardedConnection
 from skel.catalog.queries import QueryStore
 from skel.catalog.records import (
     Evidence,
@@ -41,19 +44,13 @@ from skel.catalog.records import (
     check_run,
     skeleton_hash,
 )
-from skel.errors import UsageError
-
 __all__ = [
-    "Catalog", "CatalogError", "Evidence", "Finding", "LibrarySync", "RecordError", "SourceRecord", "Stats",
+    "Catalog", "CatalogDamaged", "CatalogError", "Evidence", "Finding", "LibrarySync", "RecordError", "SourceRecord", "Stats",
     "ValidationRun", "default_catalog_path", "open_catalog", "resolve_catalog_path",
 ]
 
 BUSY_TIMEOUT_S = 30.0
 SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-class CatalogError(UsageError):
-    """The catalog file cannot be used as it is; the message names the file and why."""
 
 
 def default_catalog_path() -> Path:
@@ -106,19 +103,17 @@ class Catalog(HistoryStore, QueryStore):
             except OSError as exc:
                 raise CatalogError(f"{path}: cannot create the catalog's folder ({exc.strerror})") from None
         try:
-            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=GuardedConnection)
         except sqlite3.Error as exc:
             raise CatalogError(f"{path}: cannot open the catalog ({exc})") from None
+        conn.catalog_path, conn.opening = path, True
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             # Read-only look in one read transaction (one snapshot: a concurrent creator's
             # commit cannot fall between our reads); nothing is written to a file we reject.
-            conn.execute("BEGIN")
-            try:
+            with _snapshot(conn):
                 version = _inspect(conn, path)
-            finally:
-                conn.execute("COMMIT")
             if version != schema.CURRENT_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -131,13 +126,14 @@ class Catalog(HistoryStore, QueryStore):
                         schema.migrate(conn, version)
                     conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    _abort(conn)
                     raise
             # WAL: readers never block the writer; NORMAL sync is crash-safe in WAL
             # (a killed process loses nothing committed), only power loss may drop the
             # last commits, which re-mining restores.
             _use_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.opening = False
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise CatalogError(f"{path}: not a usable skel catalog ({exc}); the file was left untouched") from None
@@ -171,8 +167,7 @@ class Catalog(HistoryStore, QueryStore):
             try:
                 yield self
             except BaseException:
-                self._conn.execute(f"ROLLBACK TO {name}")
-                self._conn.execute(f"RELEASE {name}")
+                _abort(self._conn, name)
                 raise
             else:
                 self._conn.execute(f"RELEASE {name}")
@@ -181,9 +176,9 @@ class Catalog(HistoryStore, QueryStore):
             return
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
+        except CatalogBusy as exc:
             raise CatalogError(
-                f"{self.path}: cannot start a write transaction ({exc}); "
+                f"{self.path}: cannot start a write transaction ({exc.problem}); "
                 f"another writer held the catalog for over {BUSY_TIMEOUT_S:.0f} s?"
             ) from None
         self._depth = 1
@@ -191,14 +186,27 @@ class Catalog(HistoryStore, QueryStore):
             yield self
         except BaseException:
             self._depth = 0
-            self._conn.execute("ROLLBACK")
+            _abort(self._conn)
             raise
         self._depth = 0
         try:
             self._conn.execute("COMMIT")
+        except CatalogError:
+            _abort(self._conn)
+            raise
         except sqlite3.Error as exc:
-            self._conn.execute("ROLLBACK")
+            _abort(self._conn)
             raise CatalogError(f"{self.path}: commit failed ({exc})") from None
+
+    @contextmanager
+    def snapshot(self) -> Iterator["Catalog"]:
+        """One read transaction, so that several queries see the same state under concurrent writers
+        (inside a write transaction: that transaction's state)."""
+        if self._depth:
+            yield self
+            return
+        with _snapshot(self._conn):
+            yield self
 
     def _q(self, sql: str, args: Sequence = ()) -> list[sqlite3.Row]:
         cur = self._conn.execute(sql, tuple(args))
@@ -295,6 +303,35 @@ class Catalog(HistoryStore, QueryStore):
 
 
 # --------------------------------------------------------------------- helpers
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        _abort(conn)
+        raise
+    conn.execute("COMMIT")
+
+
+def _abort(conn: sqlite3.Connection, savepoint: str | None = None) -> None:
+    """Roll back what the failed block did, keeping the error that failed it.
+
+    SQLite may already have rolled the transaction back itself (after an I/O error or a damaged
+    page); then there is nothing to undo and the rollback's own complaint would only hide why.
+    """
+    if not conn.in_transaction:
+        return
+    try:
+        if savepoint:
+            conn.execute(f"ROLLBACK TO {savepoint}")
+            conn.execute(f"RELEASE {savepoint}")
+        else:
+            conn.execute("ROLLBACK")
+    except (sqlite3.Error, CatalogError):
+        pass
+
+
 def _check_file(path: Path) -> None:
     """Reject what is plainly not a catalog before SQLite touches it."""
     if not path.exists():
@@ -307,7 +344,8 @@ def _check_file(path: Path) -> None:
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read the catalog ({exc.strerror})") from None
     if head and head != SQLITE_MAGIC:
-        raise CatalogError(f"{path}: not an SQLite database (unexpected file header); refusing to touch it")
+        raise CatalogError(f"{path}: not an SQLite database (unexpected file header); refusing to touch it: "
+                           "use another catalog with --catalog PATH")
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:
@@ -325,8 +363,8 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             # A file system without shared memory keeps the rollback journal (still safe,
             # writers just block readers); SQLite answers with the old mode, not an error.
             return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+        except CatalogBusy:
+            if time.monotonic() > deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.05)

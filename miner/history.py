@@ -14,6 +14,13 @@ Incremental: the catalog remembers the last mined commit per repository; the nex
 walks only the commits after it, and a run with nothing new reads no blob and changes
 nothing. History rewritten under the remembered commit (it is no longer an ancestor)
 means a full re-mine of that repository. Nothing from the repository is imported or run.
+
+Resumable: each walked commit is committed to the catalog with its edits and the run's
+progress (one transaction per commit), so a run that is killed keeps every commit it
+finished; the next run walks the same range again from where it stopped (checked: the
+commit it stopped at must be the same one at the same place), and ends with the catalog
+an uninterrupted run would have left. The head moves, and the candidates are distilled,
+only when the whole range was walked.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from skel.catalog.candidates import UNKNOWN_HEAD, HistoryProgress
 from skel.catalog.store import Catalog, open_catalog
 from skel.miner import history_git as git
 from skel.miner.history_cluster import distill
@@ -104,26 +112,79 @@ def mine_history(
     own = not isinstance(catalog, Catalog)
     cat = open_catalog(catalog) if own else catalog
     try:
-        since = None if force else cat.history_head(repo)
-        reset = force or (since is not None and not git.is_ancestor(root, since, head))
-        if reset:
-            since = None
-        if since == head:
-            # Nothing new: no blob is read and the candidates stay as they are.
-            cands = _stored_patterns(cat)
+        plan = _plan(cat, root, repo, head, paths, max_commits, force)
+        if plan is None:
+            # Nothing new: no blob is read and the candidates stay as they are (unless a stopped run left
+            # them behind its edits).
+            cands = _distill(cat, min_support) if cat.candidates_stale() else _stored_patterns(cat)
+            since = cat.history_head(repo)
             return HistoryReport(repo, head, since, 0, 0, 0, 0, 0, (), cands, time.perf_counter() - started, str(cat.path))
-        walked = git.commits(root, head, since=since, paths=paths, max_count=max_commits if since is None else None)
-        mined, stats = _walk(root, repo, walked, paths, progress)
-        cat.record_history(repo, head, len(walked), mined, reset=reset)
-        patterns = distill(cat.history_edits(), min_support=min_support)
-        cat.store_candidates(patterns)
+        first_since, stats, walked_now = plan.since, _Stats(), 0
+        while plan is not None:
+            todo = plan.walked[plan.skip:]
+            if progress:
+                progress(plan.skip, len(plan.walked), "")
+            for n, (commit, mined) in enumerate(_walk(root, repo, todo, paths, stats), plan.skip + 1):
+                cat.record_commit(repo, HistoryProgress(plan.since, plan.target, n, commit.sha, tuple(paths)), mined,
+                                  reset=plan.reset and n == 1)
+                if progress:
+                    progress(n, len(plan.walked), commit.sha[:10])
+            cat.finish_history(repo, plan.target, len(plan.walked), reset=plan.reset, forget=plan.reset and not todo)
+            walked_now += len(todo)
+            # A resumed walk ends at the target of the run that was stopped; go on from there to ``head``.
+            plan = None if plan.target == head else _plan(cat, root, repo, head, paths, max_commits, False)
+        patterns = _distill(cat, min_support)
         return HistoryReport(
-            repo, head, since, len(walked), stats["kernel_commits"], stats["files"], len(mined), stats["blobs"],
-            tuple(stats["errors"]), tuple(patterns), time.perf_counter() - started, str(cat.path),
+            repo, head, first_since, walked_now, stats.kernel_commits, stats.files, stats.kernel_edits, stats.blobs,
+            tuple(stats.errors), patterns, time.perf_counter() - started, str(cat.path),
         )
     finally:
         if own:
             cat.close()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    since: str | None  # the walk is since..target (None: from the first commit)
+    target: str
+    walked: list  # its commits, oldest first
+    skip: int  # how many of them a stopped run already recorded
+    reset: bool  # the repository's stored edits are replaced (with the first commit walked)
+
+
+def _plan(cat: Catalog, root: Path, repo: str, head: str, paths, max_commits, force) -> _Plan | None:
+    """The walk to do next, or None when there is nothing to walk.
+
+    A run that was stopped resumes its own walk (same ``since`` and target) after its last finished
+    commit, provided the walk still has that commit at that place; otherwise the repository is
+    re-walked from the start (``reset``: its edits are replaced).
+    """
+    stopped = None if force else cat.history_progress(repo)
+    if stopped is not None:
+        try:
+            walked = git.commits(root, stopped.target, since=stopped.since, paths=paths,
+                                 max_count=max_commits if stopped.since is None else None)
+        except git.GitError:  # the stopped run's commits are gone (history rewritten and pruned)
+            walked = []
+        same = stopped.paths == tuple(paths) and 1 <= stopped.done <= len(walked)
+        if same and walked[stopped.done - 1].sha == stopped.last:
+            return _Plan(stopped.since, stopped.target, walked, stopped.done, False)
+        return _Plan(None, head, git.commits(root, head, paths=paths, max_count=max_commits), 0, True)
+    known = None if force else cat.history_head(repo)
+    since = known or None
+    reset = force or known == UNKNOWN_HEAD or (since is not None and not git.is_ancestor(root, since, head))
+    if reset:
+        since = None
+    if since == head:
+        return None
+    walked = git.commits(root, head, since=since, paths=paths, max_count=max_commits if since is None else None)
+    return _Plan(since, head, walked, 0, reset)
+
+
+def _distill(cat: Catalog, min_support: int) -> tuple[Pattern, ...]:
+    patterns = distill(cat.history_edits(), min_support=min_support)
+    cat.store_candidates(patterns)
+    return tuple(patterns)
 
 
 def text_hash(text: str) -> str:
@@ -152,18 +213,26 @@ def _selected(path: str, paths: tuple[str, ...]) -> bool:
     return not paths or any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
 
 
-def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
-    stats = {"kernel_commits": 0, "files": 0, "blobs": 0, "errors": []}
+@dataclass
+class _Stats:
+    kernel_commits: int = 0
+    files: int = 0
+    kernel_edits: int = 0
+    blobs: int = 0
+    errors: list = dataclasses.field(default_factory=list)
+
+
+def _walk(root: Path, repo: str, walked: list[git.Commit], paths, stats: _Stats):
+    """(commit, its MinedEdits) for each commit of ``walked``, in order; ``stats`` counts as it goes."""
     parsed: dict[str, ast.Module | None | str] = {}
     hashes: dict[str, str] = {}  # blob id -> text_hash of its content (held-out checks need it)
-    mined: list[MinedEdit] = []
 
     with git.BlobReader(root) as reader:
         def tree(blob: str, commit: str, where: str):
             if blob in parsed:
                 return parsed[blob]
             data = reader.read(blob)
-            stats["blobs"] += 1
+            stats.blobs += 1
             if data is not None:
                 hashes[blob] = text_hash(data.decode("utf-8", errors="replace"))
             result = None
@@ -174,14 +243,14 @@ def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
                     text = data.decode("utf-8-sig")
                     result = cuda_module(text) if cuda else ast.parse(text, filename=where)
                 except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-                    stats["errors"].append((commit, where, f"{type(exc).__name__}: {exc}"))
+                    stats.errors.append((commit, where, f"{type(exc).__name__}: {exc}"))
             if len(parsed) >= _PARSE_CACHE:
                 parsed.pop(next(iter(parsed)))
             parsed[blob] = result
             return result
 
-        for n, c in enumerate(walked, 1):
-            touched = False
+        for c in walked:
+            mined: list[MinedEdit] = []
             for ch in c.changes:
                 if not (ch.old_blob and ch.new_blob and _selected(ch.new_path, paths)):
                     continue
@@ -189,13 +258,10 @@ def _walk(root: Path, repo: str, walked: list[git.Commit], paths, progress):
                 new = tree(ch.new_blob, c.sha, ch.new_path)
                 if old is None or new is None:
                     continue
-                stats["files"] += 1
+                stats.files += 1
                 sources = tuple(hashes[b] for b in (ch.old_blob, ch.new_blob) if b in hashes)
                 for ke in diff_files(ch.new_path, old, new):
-                    ke = dataclasses.replace(ke, sources=sources)
-                    mined.append(MinedEdit(repo, c.sha, c.message, c.date, ke))
-                    touched = True
-            stats["kernel_commits"] += touched
-            if progress:
-                progress(n, len(walked), c.sha[:10])
-    return mined, stats
+                    mined.append(MinedEdit(repo, c.sha, c.message, c.date, dataclasses.replace(ke, sources=sources)))
+            stats.kernel_commits += bool(mined)
+            stats.kernel_edits += len(mined)
+            yield c, mined

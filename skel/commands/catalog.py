@@ -1,4 +1,5 @@
-"""`skel catalog list|show|search|check`: browse and check the skeleton library."""
+"""`skel catalog list|show|search|check|promote|prompt|repair`: browse and check the skeleton library, and keep
+the catalog usable."""
 from __future__ import annotations
 
 import argparse
@@ -72,10 +73,12 @@ def register(sub) -> None:
     add_library(p)
     p.set_defaults(func=cmd_check)
 
-    # `catalog prompt` (the agent brief) lives in its own module: skel/commands/catalog_prompt.py.
-    from skel.commands import catalog_prompt
+    # `catalog prompt` (the agent brief) and `catalog repair` (salvage a damaged catalog) live in their own
+    # modules: skel/commands/catalog_prompt.py, skel/commands/catalog_repair.py.
+    from skel.commands import catalog_prompt, catalog_repair
 
     catalog_prompt.add_parser(verbs, _common)
+    catalog_repair.add_parser(verbs)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -148,10 +151,15 @@ def cmd_list(args) -> int:
 
 def cmd_promote(args) -> int:
     from skel.catalog import promote, store
+    from skel.catalog.candidates import CANDIDATE_RE
     from skel.catalog.library import CODE_RE, load_skeleton
 
     root = Path(args.library or default_root())
     path = args.catalog or store.default_catalog_path()
+    if not CANDIDATE_RE.match(args.code.upper()):
+        raise UsageError(f"{args.code!r}: a candidate code looks like SKP3FA91 (`skel catalog list --status preview`)")
+    if not root.is_dir():
+        raise UsageError(f"--library {root}: no such folder")
     cand = None
     if Path(path).exists():
         with store.open_catalog(path) as cat:

@@ -36,7 +36,10 @@ function (formatting, consistent renames and moved code are not edits; CUDA is r
 tree-sitter and mirrored in Python syntax, e.g. `x * rsqrtf($2)`); recurring edits are generalised into patterns with holes and stored in
 the catalog as preview candidate skeletons (`skel catalog list --status preview`). The
 catalog remembers the last mined commit per repository: the next run walks only newer
-commits. Plain mining (without --history) never reads history.
+commits. Each commit is recorded as it is walked, so a run that is stopped (even killed)
+resumes where it stopped on the next run. Progress (commits done/total, rate, time left)
+goes to stderr: redrawn on a terminal, a line every 10 s otherwise, none with --no-progress.
+Plain mining (without --history) never reads history.
 
 Variants (--variants): each PATH (file or folder) is one tree, e.g. an upstream library,
 one of its backends, a vendored copy. The @jit and __global__ kernels of later PATHs are aligned with
@@ -128,13 +131,20 @@ def _history(args) -> int:
     from skel.miner.history import mine_history
     from skel.miner.history_git import GitError
 
+    from skel.commands.progress import RateProgress
+
     reports = []
     for path in args.paths:
+        progress = None if args.no_progress else RateProgress(sys.stderr, f"skel mine --history {path}", "commits")
         try:
             reports.append(mine_history(path, catalog=args.catalog, paths=tuple(args.under), rev=args.rev,
-                                        max_commits=args.max_commits, min_support=args.min_support, force=args.force))
+                                        max_commits=args.max_commits, min_support=args.min_support, force=args.force,
+                                        progress=progress))
         except GitError as exc:
             raise UsageError(f"skel mine --history: {exc}") from None
+        finally:
+            if progress:
+                progress.close()
     if args.json:
         emit_json([r.to_json() for r in reports])
         return EXIT_OK

@@ -1,0 +1,63 @@
+"""Progress of a long run on stderr: done/total, rate and time left.
+
+On a terminal one line is redrawn in place (at most every 0.1 s); otherwise (a log, CI) a
+plain line is written every ``every_s`` seconds, so a long run shows it is alive without
+flooding the log. The rate counts only what this run did: a resumed run that starts at
+400/899 does not claim the first 400 as its own speed.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, TextIO
+
+
+class RateProgress:
+    def __init__(self, stream: TextIO, what: str, unit: str, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.stream, self.what, self.unit, self.every_s, self.clock = stream, what, unit, every_s, clock
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.start: float | None = None
+        self.start_done = 0
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, done: int, total: int, item: str = "") -> None:
+        now = self.clock()
+        if self.start is None:
+            self.start, self.start_done, self.last = now, done, now
+            if not self.tty:
+                return
+        if self.tty:
+            if now - self.last < 0.1 and done < total:
+                return
+            line = self.line(done, total, now, item)
+            self.stream.write("\r" + line.ljust(100)[:100])
+            self.drawn = True
+        elif now - self.last >= self.every_s:
+            self.stream.write(self.line(done, total, now, item) + "\n")
+        else:
+            return
+        self.stream.flush()
+        self.last = now
+
+    def line(self, done: int, total: int, now: float, item: str = "") -> str:
+        elapsed = now - (self.start if self.start is not None else now)
+        rate = (done - self.start_done) / elapsed if elapsed > 0 else 0.0
+        eta = _duration((total - done) / rate) if rate > 0 else "?"
+        pct = 100 * done // total if total else 100
+        tail = f"  {item}" if item else ""
+        return f"{self.what}: {done}/{total} {self.unit} ({pct} %), {rate:.1f} {self.unit}/s, ETA {eta}{tail}"
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
