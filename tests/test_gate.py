@@ -277,3 +277,24 @@ def test_a_spec_that_raises_is_a_clear_input_error_not_a_traceback(tmp_path):
     assert not result.accepted and result.error
     assert "ZeroDivisionError" in result.error and "broken_spec.py:5" in result.error, result.error
     assert "\n" not in result.error
+
+
+def test_a_kernel_calling_aliased_builtins_runs_in_the_interpreter(tmp_path, monkeypatch):
+    """`exp = tl.exp` in the kernel file, and `exp` imported from a helper module (as FLA, SGLang and vLLM
+    write them): the interpreter used to fail the original; the gate binds the aliases late."""
+    helper = tmp_path / "my_ops.py"
+    helper.write_text("import triton.language as tl\n\nexp = tl.exp\nsigmoid = tl.sigmoid\n")
+    source = KDA.read_text()
+    assert source.count("tl.exp(") == 3 and "tl.sigmoid(" in source
+    local = tmp_path / "kda_alias.py"
+    local.write_text(source.replace("import triton.language as tl\n",
+                                                      "import triton.language as tl\nexp = tl.exp\n", 1)
+                     .replace("tl.exp(", "exp("))
+    imported = tmp_path / "kda_imported.py"
+    imported.write_text(source.replace("import triton.language as tl\n",
+                                       "import triton.language as tl\nfrom my_ops import exp, sigmoid\n", 1)
+                        .replace("tl.exp(", "exp(").replace("tl.sigmoid(", "sigmoid("))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for target in (local, imported):
+        result = validate(target, target, spec="kda_decode", device="cpu", seeds=(0,), shapes=["N2-T1-H1-HV2-K32-V64"])
+        assert result.accepted and result.error is None, (target.name, result.reasons)

@@ -107,6 +107,13 @@ class Role:
     def failed(self, exc: Exception, op: str) -> dict:
         return {"internal": traceback.format_exc()[-4000:]}
 
+    def interpreted(self, module) -> None:
+        """In Triton's interpreter, aliases of its builtins (``exp = tl.exp``) are bound late (``interpret``)."""
+        if self.device == "cpu":
+            from skel.validate.interpret import late_bind_aliases
+
+            self.rebound = late_bind_aliases(module)
+
     # -- tensors --------------------------------------------------------------------------------------
     def hand_over(self, named: list[tuple[str, Any]]) -> list[dict]:
         """Keep ``named`` tensors for the judge's next "write"; returns their descriptions."""
@@ -178,6 +185,7 @@ class Oracle(Role):
         kernel = Path(self.config["kernel"])
         try:
             module = load_module(kernel, "original")
+            self.interpreted(module)
         except Exception as exc:
             return {"error": f"the original kernel {kernel} does not import: {describe_exception(exc, kernel)}"}
         entry = self.config.get("entry") or self.spec.entry
@@ -277,6 +285,7 @@ class Candidate(Role):
         self.watch = Watch(self.config["scratch"], tuple(self.config.get("writable", ())))
         try:
             module = load_module(self.path, "candidate")
+            self.interpreted(module)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module body too
             return {"rejection": f"the candidate {name} does not import: {describe_exception(exc, self.path)}"}
         entry = message["entry"]
