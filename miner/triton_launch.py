@@ -9,6 +9,7 @@ arguments where a straight-line read of the launching function determines them
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -124,14 +125,16 @@ def find_launches(index: "ModuleIndex", kernels: set[str]) -> dict[str, list[tup
     if not kernels:
         return {}
     pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, kernels))) + r")\s*\[")
-    lines, pos, line = set(), 0, 1
+    lines, pos, line = [], 0, 1  # ascending: finditer walks the text in order
     for m in pattern.finditer(index.text):
         line += index.text.count("\n", pos, m.start())
         pos = m.start()
-        lines.add(line)
+        lines.append(line)
     out: dict[str, list] = {}
     for stmt, fn in index.simple_statements:
-        if not any(stmt.lineno <= ln <= stmt.end_lineno for ln in lines):
+        # a bisection, not a scan of every line: a file of thousands of kernels has as many launches
+        i = bisect.bisect_left(lines, stmt.lineno)
+        if i == len(lines) or lines[i] > stmt.end_lineno:
             continue
         for n in ast.walk(stmt):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript):

@@ -34,15 +34,7 @@ def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
 
 def _enclosing_function(ctx: Ctx, line: int) -> int | None:
     """The line of the ``def`` that encloses ``line`` (by indentation), or None."""
-    lines = ctx._lines
-    if not (1 <= line <= len(lines)):
-        return None
-    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
-    for i in range(line - 1, 0, -1):
-        raw = lines[i - 1]
-        if raw.strip().startswith("def ") and len(raw) - len(raw.lstrip()) < indent:
-            return i
-    return None
+    return ctx.file.enclosing_def(line)
 
 
 def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
