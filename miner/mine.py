@@ -185,7 +185,9 @@ def prepare(cand: Candidate, max_bytes: int | None = None) -> _Prepared:
         prep.outcome = FileOutcome(path, "skipped")
         prep.forget = True
         return prep
-    if b"\x00" in data:  # binary: an error even without kernel markers (a .py that is not Python)
+    if cand.explicit or b"\x00" in data:
+        # a file named on the command line, or a binary one, that cannot be read as source is an
+        # error even without kernel markers; walked files that are merely undecodable are skipped
         try:
             decode(data, cand.language, path)
         except UnreadableSource as exc:
