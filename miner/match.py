@@ -83,7 +83,8 @@ def read_target(path: str, max_bytes: int | None = None) -> tuple[str, str]:
 
 
 def profile_target(path: str, text: str, language: str) -> list:
-    from skel.miner.mine import _frontend, gc_paused
+    from skel.miner.gc_pause import gc_paused
+    from skel.miner.mine import _frontend
 
     try:
         with gc_paused():

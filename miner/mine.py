@@ -12,16 +12,16 @@ Mining is not a check: the exit code is 0 whatever was found (2 for usage errors
 """
 from __future__ import annotations
 
-import gc
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
+from skel.miner.gc_pause import gc_paused
+from skel.miner.mine_parts import join, parts_for
 from skel.miner.profile import KernelProfile
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
 from skel.miner.walk import Candidate, collect
@@ -107,33 +107,18 @@ def _frontend(language: str):
     return profile_source
 
 
-@contextmanager
-def gc_paused():
-    """The cyclic garbage collector off while one file is analysed.
-
-    A large module's syntax tree is hundreds of thousands of objects that every full
-    collection walks again (parsing a 1.3 MB file takes three times as long with the
-    collector on); profiling creates almost no reference cycles, so nothing piles up
-    meanwhile (peak memory measured the same both ways).
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
-    """Profiles, findings and an error (or None) for one file's text. Never raises."""
+def analyze(path: str, text: str, language: str, part: tuple[int, int] | None = None
+            ) -> tuple[list[KernelProfile], list[Finding], str | None]:
+    """Profiles, findings and an error (or None) for one file's text (or one part of its Triton
+    kernels: ``mine_parts``). Never raises."""
     with gc_paused():
-        return _analyze(path, text, language)
+        return _analyze(path, text, language, part)
 
 
-def _analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
+def _analyze(path: str, text: str, language: str, part) -> tuple[list[KernelProfile], list[Finding], str | None]:
     try:
-        profiles = _frontend(language)(text, path)
+        frontend = _frontend(language)
+        profiles = frontend(text, path) if part is None else frontend(text, path, part=part)
     except SyntaxError as exc:
         return [], [], f"syntax error at line {exc.lineno}, column {exc.offset}: {exc.msg}"
     except RecursionError:
@@ -313,9 +298,16 @@ def _cached(cat: Catalog, path: str, rec: SourceRecord) -> FileOutcome:
 
 
 def _run_jobs(todo: list[_Prepared], jobs: int | None):
-    """Yield (prepared, analysis) as files finish; a process pool when there is enough work."""
+    """Yield (prepared, analysis) as files finish; a process pool when there is enough work.
+
+    A file much larger than its share of the work is analysed in parts by several workers
+    (``mine_parts``), its parts' results joined before it is yielded.
+    """
     jobs = max(1, jobs or os.cpu_count() or 1)
-    if jobs == 1 or len(todo) < POOL_MIN_FILES:
+    total = sum(len(p.text) for p in todo)
+    parts = {id(p): parts_for(len(p.text), p.cand.language, total, jobs) for p in todo}
+    tasks = sum(parts.values())
+    if jobs == 1 or (len(todo) < POOL_MIN_FILES and tasks == len(todo)):
         for prep in todo:
             yield prep, analyze(prep.cand.path, prep.text, prep.cand.language)
         return
@@ -323,21 +315,31 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
-    # Big files first: the longest jobs start early and the tail stays short.
-    order = sorted(todo, key=lambda p: -len(p.text))
+    # Big jobs first: the longest start early and the tail stays short.
+    order = sorted(todo, key=lambda p: -len(p.text) / parts[id(p)])
     # Workers die with this process, even when it is killed with SIGKILL (no orphans left waiting
     # on the queue, holding the catalog's files); the pool is forked from this, the waiting, thread.
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
+    pool = ProcessPoolExecutor(max_workers=min(jobs, tasks), mp_context=ctx,
                                initializer=die_with_parent, initargs=(os.getpid(),))
     try:
-        futures = {pool.submit(_analyze_job, (p.cand.path, p.text, p.cand.language)): p for p in order}
+        futures = {}
+        for p in order:
+            n = parts[id(p)]
+            for k in range(n):
+                args = (p.cand.path, p.text, p.cand.language) + (((k, n),) if n > 1 else ())
+                futures[pool.submit(_analyze_job, args)] = (p, k)
+        done: dict[int, dict[int, tuple]] = {}
         for fut in as_completed(futures):
-            prep = futures[fut]
+            prep, k = futures[fut]
             try:
                 result = fut.result()
             except Exception as exc:  # a worker died (out of memory, killed): report the file, go on
                 result = ([], [], f"worker failed: {type(exc).__name__}: {exc}")
-            yield prep, result
+            got = done.setdefault(id(prep), {})
+            got[k] = result
+            if len(got) == parts[id(prep)]:
+                del done[id(prep)]
+                yield prep, join([got[i] for i in range(len(got))])
     except BaseException:
         # Ctrl-C or a catalog failure: drop queued files instead of parsing them all first.
         pool.shutdown(wait=False, cancel_futures=True)

@@ -29,8 +29,10 @@ class Scope:
     nodes: dict[str, ast.AST] = field(default_factory=dict)  # last defining expression
 
 
-def module_scope(tree: ast.Module, src: Source) -> Scope:
-    scope = Scope()
+def module_scope(tree: ast.Module, src: Source, scope: Scope | None = None) -> Scope:
+    """What the module's top-level statements define; with ``scope``, ``tree`` continues it (the
+    module read block by block gives the scope of the whole)."""
+    scope = scope if scope is not None else Scope()
     _scan(tree.body, scope, src, stop_line=10**9, module=True)
     return scope
 
@@ -116,24 +118,38 @@ def _opsym(op) -> str:
 
 
 # ------------------------------------------------------------------- launches
-def find_launches(index: "ModuleIndex", kernels: set[str]) -> dict[str, list[tuple[ast.Call, ast.AST | None]]]:
-    """kernel name -> [(launch call, innermost enclosing function or None)], in source order.
+_SUBSCRIPTED = re.compile(r"\b(\w+)\s*\[")
 
-    Only statements on lines where the text shows ``name[`` for a kernel name are walked:
-    walking every expression of a large module costs more than the rest of profiling.
+
+def launch_lines(text: str, kernels: set[str]) -> dict[str, list[int]]:
+    """Kernel name -> ascending lines where the text shows ``name[`` (a superset of its launches).
+
+    One pass over the text whatever the number of kernels (an alternation of thousands of names
+    would be tried at every position).
     """
-    if not kernels:
-        return {}
-    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, kernels))) + r")\s*\[")
-    lines, pos, line = [], 0, 1  # ascending: finditer walks the text in order
-    for m in pattern.finditer(index.text):
-        line += index.text.count("\n", pos, m.start())
+    out: dict[str, list[int]] = {}
+    pos, line = 0, 1
+    for m in _SUBSCRIPTED.finditer(text):
+        name = m.group(1)
+        if name not in kernels:
+            continue
+        line += text.count("\n", pos, m.start())
         pos = m.start()
-        lines.append(line)
-    out: dict[str, list] = {}
-    for stmt, fn in index.simple_statements:
-        # a bisection, not a scan of every line: a file of thousands of kernels has as many launches
-        i = bisect.bisect_left(lines, stmt.lineno)
+        rows = out.setdefault(name, [])
+        if not rows or rows[-1] != line:
+            rows.append(line)
+    return out
+
+
+def launch_calls(statements, lines: list[int], kernels: set[str]) -> list[tuple[str, ast.Call, ast.AST | None]]:
+    """(kernel name, ``kernel[grid](...)`` call, innermost enclosing function or None) in ``statements``.
+
+    Only statements spanning one of ``lines`` (ascending) are walked: walking every expression
+    of a large module costs more than the rest of profiling.
+    """
+    out = []
+    for stmt, fn in statements:
+        i = bisect.bisect_left(lines, stmt.lineno)  # a bisection, not a scan of every launch line
         if i == len(lines) or lines[i] > stmt.end_lineno:
             continue
         for n in ast.walk(stmt):
@@ -141,21 +157,27 @@ def find_launches(index: "ModuleIndex", kernels: set[str]) -> dict[str, list[tup
                 name = dotted(n.func.value)
                 short = name.rsplit(".", 1)[-1] if name else None
                 if short in kernels:
-                    out.setdefault(short, []).append((n, fn))
-    for calls in out.values():
-        calls.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
+                    out.append((short, n, fn))
     return out
 
 
 class ModuleIndex:
-    """One pass over a module's statements: functions, ``from X import y`` names, simple statements."""
+    """One pass over a module's statements: functions, ``from X import y`` names, simple statements.
+
+    ``import_rows`` keeps every ``from X import y`` as (top level?, name, module) in the order the
+    pass meets them (top-level statements first, then nested bodies, depth first from the last
+    statement): ``imports`` is that order applied to a dict, and a module read in blocks
+    (``triton_blocks``) rebuilds the same dict from its blocks' rows.
+    """
 
     def __init__(self, tree: ast.Module, text: str):
         self.text = text
         self.functions: list[ast.AST] = []
         self.imports: dict[str, str] = {}
+        self.import_rows: list[tuple[bool, str, str]] = []
         self.simple_statements: list[tuple[ast.stmt, ast.AST | None]] = []
         stack: list[tuple[list, ast.AST | None]] = [(tree.body, None)]
+        top = True
         while stack:
             body, fn = stack.pop()
             for s in body:
@@ -166,7 +188,9 @@ class ModuleIndex:
                     stack.append((s.body, fn))
                 elif isinstance(s, ast.ImportFrom):
                     for a in s.names:
-                        self.imports[a.asname or a.name] = ("." * s.level) + (s.module or "")
+                        name, module = a.asname or a.name, ("." * s.level) + (s.module or "")
+                        self.imports[name] = module
+                        self.import_rows.append((top, name, module))
                 elif isinstance(s, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
                     for part in ("body", "orelse", "finalbody"):
                         stack.append((getattr(s, part, None) or [], fn))
@@ -177,6 +201,7 @@ class ModuleIndex:
                         stack.append((case.body, fn))
                 else:
                     self.simple_statements.append((s, fn))
+            top = False
         self.functions.sort(key=lambda f: f.lineno)
 
 

@@ -250,6 +250,13 @@ class Ctx:
         With ``through_loads=False`` a loaded value is a leaf: its address arithmetic is not
         part of the value's computation.
         """
+        key = ("_closure", expr, line, depth, through_loads)  # several conditions ask the same question
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = tuple(self._closure(expr, line, depth, through_loads))
+        return list(hit)
+
+    def _closure(self, expr: str, line: int, depth: int, through_loads: bool) -> list[Assign]:
         out: list[Assign] = []
         seen: set[tuple[str, int]] = set()
         frontier = [(n, line) for n in names_in(expr)]

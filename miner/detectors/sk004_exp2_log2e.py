@@ -121,18 +121,20 @@ def _param_in(ctx: Ctx, arg: str, chain) -> bool:
 def _terms(expr: str, sep: str = "+-") -> list[str]:
     """Top-level operands of ``expr`` split at the operators in ``sep`` (unary signs kept)."""
     out, depth, cur = [], 0, ""
+    prev = ""  # the last non-blank character before position i (kept as we go: no rescan per character)
     for i, c in enumerate(expr):
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        prev = expr[:i].rstrip()[-1:] if expr[:i].strip() else ""
         binary = prev and prev not in "(*/+-,=e"
         if depth == 0 and c in sep and binary and not (c == "*" and (expr[i + 1 : i + 2] == "*" or prev == "*")):
             out.append(cur.strip())
             cur = ""
         else:
             cur += c
+        if not c.isspace():
+            prev = c
     out.append(cur.strip())
     return [t for t in out if t]
 

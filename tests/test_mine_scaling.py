@@ -1,0 +1,180 @@
+"""Mining is linear in the kernels of a file, and reading a file in blocks or parts changes nothing.
+
+The Triton frontend reads a large file block by block (``triton_blocks``: bounded memory) and
+``skel mine`` shares a large file among its workers in parts (``mine_parts``); both must give
+exactly the profiles of one whole-file read. The speed bounds are generous (a quadratic
+regression fails them; the figures themselves are measured by benchmarks/mine_speed.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import skel.kernels
+import skel.miner.triton_blocks as blocks_mod
+import skel.miner.triton_module as module_mod
+from skel.miner.mine import analyze
+from skel.miner.mine_parts import join, parts_for
+from skel.miner.triton_frontend import profile_source
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = Path(skel.kernels.__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("mine_speed", REPO / "benchmarks" / "mine_speed.py")
+mine_speed = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mine_speed)
+
+# What a block boundary must survive: decorators over several lines, a docstring with text in
+# column 0, a launch before the kernel's definition, jit methods in a class, a kernel made by a
+# factory, module constants redefined late, `else:` in column 0, an `if __name__` block.
+AWKWARD = textwrap.dedent('''\
+    """Module docstring
+    with text in column 0:
+    def not_a_function():
+    """
+    import triton
+    import triton.language as tl
+    from triton import jit
+
+    BLOCK = 64
+
+
+    def launch_early(x, y):
+        late_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+
+
+    @triton.autotune(
+        configs=[triton.Config({'BS': bs}, num_warps=w) for bs in (32, 64) for w in (2, 4)],
+        key=['n'],
+    )
+    @triton.jit
+    def tuned(x, n, BS: tl.constexpr):
+        pid = tl.program_id(0)
+        o = pid * BS + tl.arange(0, BS)
+        tl.store(x + o, tl.exp(tl.load(x + o, mask=o < n)), mask=o < n)
+
+
+    class Ops:
+        @staticmethod
+        @jit
+        def method_kernel(x, D: tl.constexpr):
+            i = tl.program_id(0)
+            b = tl.load(x + i * D + tl.arange(0, D)).to(tl.float32)
+            tl.store(x + i * D + tl.arange(0, D), b / tl.sqrt(tl.sum(b * b) + 1e-6))
+
+        def run(self, x):
+            Ops.method_kernel[(x.shape[0],)](x, D=x.shape[1], num_warps=2)
+
+
+    def factory(scale):
+        @triton.jit
+        def made(x, N: tl.constexpr):
+            tl.store(x + tl.arange(0, N), tl.load(x + tl.arange(0, N)) * scale)
+        return made
+
+
+    if BLOCK > 32:
+        WIDE = True
+    else:
+        WIDE = False
+
+
+    @triton.jit
+    def late_kernel(x, y, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        b = tl.load(x + offs, mask=offs < n)
+        tl.store(y + offs, b / tl.sqrt(tl.sum(b * b) + 1e-6), mask=offs < n)
+
+
+    BLOCK = 128
+
+    if __name__ == "__main__":
+        tuned[(4,)](None, 16)
+    ''')
+
+
+def _profiles(text: str, path: str, **kw) -> list[str]:
+    return [json.dumps(p.to_json(), sort_keys=True, default=repr) for p in profile_source(text, path, **kw)]
+
+
+def _sources(fla_corpus) -> list[tuple[str, str]]:
+    rels = ["fla/ops/kda/fused_recurrent.py", "fla/ops/gated_delta_rule/fused_recurrent.py",
+            "fla/ops/utils/cumsum.py", "fla/ops/common/chunk_h.py", "fla/modules/token_shift_cp.py",
+            "fla/ops/utils/solve_tril.py", "fla/ops/gdn2/chunk.py"]
+    out = [(str(fla_corpus / r), (fla_corpus / r).read_text()) for r in rels]
+    out += [(str(p), p.read_text()) for p in sorted(KERNELS.glob("*/kernel.py"))]
+    out.append(("awkward.py", AWKWARD))
+    out.append(("bundle.py", mine_speed.triton_bundle(40)))
+    return out
+
+
+@pytest.mark.parametrize("waiting", [0, 10**9], ids=["trees-dropped", "trees-held"])
+def test_blocks_give_the_whole_file_profiles(fla_corpus, monkeypatch, waiting):
+    sources = _sources(fla_corpus)
+    whole = [_profiles(text, path) for path, text in sources]
+    assert sum(map(len, whole)) > 20 and whole[-2], "the awkward module must have kernels"
+    # every top-level statement its own block, no tree kept, launches resolved late
+    monkeypatch.setattr(blocks_mod, "BLOCK_CHARS", 1)
+    monkeypatch.setattr(blocks_mod, "KEEP_CHARS", 0)
+    monkeypatch.setattr(module_mod, "MAX_WAITING_LINES", waiting)
+    for (path, text), expected in zip(sources, whole):
+        assert len(blocks_mod.ModuleBlocks(text, path).spans) > 3, path
+        assert _profiles(text, path) == expected, path
+
+
+def test_parts_join_to_the_whole_file(fla_corpus):
+    for path, text in _sources(fla_corpus):
+        whole = analyze(path, text, "triton")
+        for n in (2, 3):
+            assert join([analyze(path, text, "triton", (k, n)) for k in range(n)]) == whole, (path, n)
+
+
+def test_a_syntax_error_is_the_files_own_whatever_the_blocks(monkeypatch):
+    broken = AWKWARD.replace("def tuned(x, n, BS: tl.constexpr):", "def tuned(x, n, BS: tl.constexpr)", 1)
+    with pytest.raises(SyntaxError) as whole:
+        compile(broken, "b.py", "exec")
+    monkeypatch.setattr(blocks_mod, "BLOCK_CHARS", 1)
+    with pytest.raises(SyntaxError) as blocked:
+        profile_source(broken, "b.py")
+    assert (blocked.value.lineno, blocked.value.msg) == (whole.value.lineno, whole.value.msg)
+    profiles, _, error = analyze("b.py", broken, "triton", (1, 2))
+    assert profiles == [] and error.startswith(f"syntax error at line {whole.value.lineno}")
+
+
+def test_only_a_file_larger_than_its_share_is_split():
+    assert parts_for(5_000_000, "triton", 5_000_000, 2) == 2  # one big file, two workers
+    assert parts_for(5_000_000, "cuda", 5_000_000, 2) == 1  # CUDA is not split
+    assert parts_for(150_000, "triton", 150_000, 2) == 1  # too small to be worth it
+    assert parts_for(300_000, "triton", 40_000_000, 2) == 1  # many files keep the workers busy anyway
+    assert parts_for(5_000_000, "triton", 5_000_000, 1) == 1
+
+
+def _mine_seconds(tmp_path: Path, name: str, text: str, *extra: str) -> tuple[float, dict]:
+    f = tmp_path / name
+    f.write_text(text)
+    cmd = [sys.executable, "-m", "skel", "mine", str(f), "--json", "--no-progress",
+           "--catalog", str(tmp_path / f"{name}.sqlite"), *extra]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    wall = time.monotonic() - started
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return wall, json.loads(proc.stdout)
+
+
+def test_a_file_of_3200_triton_kernels_mines_in_well_under_15_s(tmp_path):
+    wall, out = _mine_seconds(tmp_path, "k3200.py", mine_speed.triton_bundle(3200))
+    assert out["kernels"] == 3200 and len(out["opportunities"]) >= 3200
+    assert wall < 15, f"3,200 kernels took {wall:.1f} s (linear mining takes a few)"
+
+
+def test_a_file_of_3000_cuda_kernels_mines_in_well_under_15_s(tmp_path):
+    wall, out = _mine_seconds(tmp_path, "k3000.cu", mine_speed.cuda_bundle(3000))
+    assert out["kernels"] == 3000
+    assert wall < 15, f"3,000 CUDA kernels took {wall:.1f} s (linear mining takes a few)"
