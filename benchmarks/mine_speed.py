@@ -80,10 +80,36 @@ void launch{i}(const float* x, float* y, int n, cudaStream_t s) {{
 '''
 
 
-def triton_bundle(n: int) -> str:
-    """One Python file of ``n`` small ``@triton.jit`` kernels, each with its launcher (420 bytes a kernel)."""
+_TRITON_CONSTANTS_KERNEL = '''
+BLOCK_{i} = 128
+RCP_LN2_{i} = 1.4426950408889634
+
+
+@triton.jit
+def c{i}(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.exp2(x * RCP_LN2_{i}), mask=offs < n)
+
+
+def launch_c{i}(x, flag=False):
+    y = torch.zeros_like(x)
+    if flag:
+        b = BLOCK_{i}
+    else:
+        b = 64
+    c{i}[(triton.cdiv(x.numel(), b),)](x, y, x.numel(), BLOCK=b)
+    return y
+'''
+
+
+def triton_bundle(n: int, style: str = "plain") -> str:
+    """One Python file of ``n`` small ``@triton.jit`` kernels, each with its launcher (420 bytes a
+    kernel); ``style="constants"``: each also with module constants and an ``if`` in its launcher."""
+    body = _TRITON_KERNEL if style == "plain" else _TRITON_CONSTANTS_KERNEL
     return "import torch\nimport triton\nimport triton.language as tl\n" + "".join(
-        _TRITON_KERNEL.format(i=i) for i in range(n))
+        body.format(i=i) for i in range(n))
 
 
 def cuda_bundle(n: int) -> str:

@@ -95,6 +95,8 @@ def profile_target(path: str, text: str, language: str) -> list:
         raise UsageError(str(exc)) from None
     except RecursionError:
         raise UsageError(f"{path}: too deeply nested for the parser (RecursionError)") from None
+    except Exception as exc:  # a frontend bug: name the file, as skel mine does, rather than a traceback
+        raise UsageError(f"{path}: {language} frontend failed: {type(exc).__name__}: {exc}") from None
     return [p for p in profiles if p.kind == "kernel"]
 
 

@@ -11,22 +11,13 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from skel.miner.profile import LaunchSite, Param
 from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text, kwarg
+from skel.miner.triton_scope import Scope
 
 _MISSING = object()
-
-
-@dataclass
-class Scope:
-    """What a straight-line read of a function knows just before a given line."""
-
-    env: dict[str, Any] = field(default_factory=dict)  # resolved values
-    texts: dict[str, str] = field(default_factory=dict)  # defining text of unresolved names
-    nodes: dict[str, ast.AST] = field(default_factory=dict)  # last defining expression
 
 
 def module_scope(tree: ast.Module, src: Source, scope: Scope | None = None) -> Scope:
@@ -38,7 +29,8 @@ def module_scope(tree: ast.Module, src: Source, scope: Scope | None = None) -> S
 
 
 def scope_before(fn: ast.AST | None, line: int, base: Scope, src: Source) -> Scope:
-    scope = Scope(dict(base.env), dict(base.texts), dict(base.nodes))
+    """What is known just before ``line`` of ``fn``: a layer over the module's scope, not a copy."""
+    scope = base.child()
     if fn is not None:
         for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs:
             # a launcher's own parameters are whatever its caller passes
@@ -64,8 +56,7 @@ def _scan(stmts, scope: Scope, src: Source, stop_line: int, module: bool = False
                 arm = s.body if s.body and s.body[-1].end_lineno >= stop_line and s.body[0].lineno < stop_line else s.orelse
                 _scan(arm, scope, src, stop_line)
                 return
-            a = Scope(dict(scope.env), dict(scope.texts), dict(scope.nodes))
-            b = Scope(dict(scope.env), dict(scope.texts), dict(scope.nodes))
+            a, b = scope.child(), scope.child()
             _scan(s.body, a, src, stop_line)
             _scan(s.orelse, b, src, stop_line)
             _merge(scope, a, b)
@@ -100,7 +91,10 @@ def _bind(target, value, scope: Scope, src: Source, text: str | None = None) -> 
 
 
 def _merge(into: Scope, a: Scope, b: Scope) -> None:
-    for name in set(a.env) | set(b.env) | set(a.texts) | set(b.texts):
+    # The names the arms changed (and the few a merge changes anyway): not every name in sight.
+    for name in into.merge_names(a, b):
+        if not (name in a.env or name in b.env or name in a.texts or name in b.texts):
+            continue
         va, vb = a.env.get(name, _MISSING), b.env.get(name, _MISSING)
         if va is not _MISSING and va == vb:
             into.env[name] = va
@@ -110,7 +104,11 @@ def _merge(into: Scope, a: Scope, b: Scope) -> None:
         ta = repr(va) if va is not _MISSING else a.texts.get(name, name)
         tb = repr(vb) if vb is not _MISSING else b.texts.get(name, name)
         into.texts[name] = ta if ta == tb else f"{ta} | {tb}"
-        into.nodes[name] = a.nodes.get(name) or b.nodes.get(name)
+        node = a.nodes.get(name) or b.nodes.get(name)
+        if node is not None:
+            into.nodes[name] = node
+        else:  # neither arm defines it by an expression (a parameter, an unpacked shape): no node, not None
+            into.nodes.pop(name, None)
 
 
 def _opsym(op) -> str:

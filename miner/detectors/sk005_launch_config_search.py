@@ -77,8 +77,11 @@ def _assignments_before(ctx: Ctx, line: int) -> list[tuple[int, str]]:
 
 
 def _free(ctx: Ctx, site) -> dict:
-    layout = _layout_tiles(ctx, site)
-    return {k: v for k, v in _fixed(site).items() if k not in layout}
+    cache = ctx.cache.setdefault(f"{CODE}:free", {})  # asked by a condition and by candidates
+    if id(site) not in cache:  # the profile's own site objects: alive as long as the context
+        layout = _layout_tiles(ctx, site)
+        cache[id(site)] = {k: v for k, v in _fixed(site).items() if k not in layout}
+    return dict(cache[id(site)])
 
 
 def launch_has_tunable_constexpr(ctx: Ctx) -> Check:
