@@ -106,10 +106,17 @@ def launch_c{i}(x, flag=False):
 
 def triton_bundle(n: int, style: str = "plain") -> str:
     """One Python file of ``n`` small ``@triton.jit`` kernels, each with its launcher (420 bytes a
-    kernel); ``style="constants"``: each also with module constants and an ``if`` in its launcher."""
+    kernel); ``style="constants"``: each also with module constants and an ``if`` in its launcher;
+    ``style="dispatch"``: no launchers, one function launching them all from an if/elif chain."""
+    head = "import torch\nimport triton\nimport triton.language as tl\n"
+    if style == "dispatch":
+        kernels = "".join(_TRITON_KERNEL.split("\n\n\ndef launch")[0].format(i=i) for i in range(n))
+        arms = "".join(f"    {'if' if i == 0 else 'elif'} which == {i}:\n        k{i}[grid](x, y, n, BLOCK=128)\n"
+                       for i in range(n))
+        return (head + kernels + "\n\ndef dispatch(which, x, y):\n    n = x.numel()\n"
+                "    grid = (triton.cdiv(n, 128),)\n" + arms)
     body = _TRITON_KERNEL if style == "plain" else _TRITON_CONSTANTS_KERNEL
-    return "import torch\nimport triton\nimport triton.language as tl\n" + "".join(
-        body.format(i=i) for i in range(n))
+    return head + "".join(body.format(i=i) for i in range(n))
 
 
 def cuda_bundle(n: int) -> str:

@@ -30,41 +30,134 @@ def module_scope(tree: ast.Module, src: Source, scope: Scope | None = None) -> S
 
 def scope_before(fn: ast.AST | None, line: int, base: Scope, src: Source) -> Scope:
     """What is known just before ``line`` of ``fn``: a layer over the module's scope, not a copy."""
-    scope = base.child()
-    if fn is not None:
-        for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs:
-            # a launcher's own parameters are whatever its caller passes
-            scope.env.pop(a.arg, None)
-            scope.texts[a.arg] = a.arg
-        _scan(fn.body, scope, src, stop_line=line)
-    return scope
+    return LaunchScopes(base, src).before(fn, line)
+
+
+class LaunchScopes:
+    """``scope_before`` for many launches, each launching function read once.
+
+    Per function a reader keeps a stack of levels: the function's statements, and for the
+    statement holding the last launch asked, the arm of the ``if`` (or the body of the loop) it
+    lies in, and so on down. Statements wholly before a launch are read into their level's
+    scope once and kept for later launches; a later launch leaves the levels it is not in and
+    goes down from there. So a function launching thousands of kernels one after the other, or
+    from the arms of an ``if``/``elif`` chain thousands long, is read once, not once per launch.
+    Launches asked in ascending line order per function reuse the reading; an earlier line
+    starts it again. What each launch sees is what reading the function up to it would give.
+    """
+
+    def __init__(self, base: Scope, src: Source):
+        self.base, self.src = base, src
+        self._readers: dict[int, list] = {}  # id(fn) -> [fn, last line, levels]
+
+    def before(self, fn: ast.AST | None, line: int) -> Scope:
+        if fn is None:
+            return self.base.child()
+        r = self._readers.get(id(fn))
+        if r is None or r[0] is not fn or line < r[1]:
+            scope = self.base.child()
+            for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs:
+                # a launcher's own parameters are whatever its caller passes
+                scope.env.pop(a.arg, None)
+                scope.texts[a.arg] = a.arg
+            r = self._readers[id(fn)] = [fn, line, [_Level(fn.body, scope, None, None)]]
+        r[1] = line
+        levels = r[2]
+        while len(levels) > 1 and not levels[-1].holds(line):
+            levels.pop()
+        while True:
+            lvl = levels[-1]
+            stmts = lvl.stmts
+            while lvl.i < len(stmts) and stmts[lvl.i].end_lineno < line:  # wholly before: read once, kept
+                _scan([stmts[lvl.i]], lvl.scope, self.src, stop_line=line)
+                lvl.i += 1
+            if lvl.i == len(stmts) or stmts[lvl.i].lineno >= line:
+                return _layer_over(lvl.scope)
+            c = stmts[lvl.i]  # the statement the launch is in
+            if isinstance(c, ast.If):  # follow the arm the launch is in (as _scan does)
+                in_body = bool(c.body) and c.body[-1].end_lineno >= line and c.body[0].lineno < line
+                levels.append(_Level(c.body if in_body else c.orelse, _layer_over(lvl.scope), c, in_body))
+            elif isinstance(c, (ast.For, ast.While, ast.With, ast.Try)):  # its parts, read in order
+                parts = [x for part in ("body", "orelse", "finalbody") for x in (getattr(c, part, []) or [])]
+                levels.append(_Level(parts, _layer_over(lvl.scope), c, None))
+            else:
+                here = _layer_over(lvl.scope)
+                _scan([c], here, self.src, stop_line=line)
+                return here
+
+
+class _Level:
+    """Statements read in order into ``scope``; ``i`` is the next one not read yet."""
+
+    __slots__ = ("stmts", "scope", "stmt", "in_body", "i")
+
+    def __init__(self, stmts, scope: Scope, stmt, in_body):
+        self.stmts, self.scope, self.stmt, self.in_body, self.i = stmts, scope, stmt, in_body, 0
+
+    def holds(self, line: int) -> bool:
+        """Whether a launch at ``line`` lies in these statements (the same arm of the same ``if``)."""
+        c = self.stmt
+        if not (c.lineno < line <= c.end_lineno):
+            return False
+        if self.in_body is None:  # a loop's parts, or the function itself
+            return True
+        in_body = bool(c.body) and c.body[-1].end_lineno >= line and c.body[0].lineno < line
+        return in_body == self.in_body
+
+
+def _layer_over(scope: Scope) -> Scope:
+    """A new layer over ``scope``, skipping layers that hold nothing (an elif chain thousands
+    deep would otherwise make every name lookup walk thousands of empty layers)."""
+    while scope.parent is not None and not scope.touched():
+        scope = scope.parent
+    return scope.child()
+
+
+_MERGE = object()
 
 
 def _scan(stmts, scope: Scope, src: Source, stop_line: int, module: bool = False) -> None:
-    for s in stmts:
+    """Read ``stmts`` in order until ``stop_line``, into ``scope``.
+
+    Iterative (a stack of statement lists): an if/elif chain thousands deep is no recursion.
+    Once a statement at or after ``stop_line`` is met nothing later is read: statements come in
+    line order, and an ``if`` whose both arms are read (and merged) ends before ``stop_line``.
+    """
+    stack: list[tuple] = [(iter(stmts), scope)]
+    while stack:
+        frame = stack[-1]
+        if frame[0] is _MERGE:  # both arms of an if read: merge them
+            stack.pop()
+            _merge(*frame[1:])
+            continue
+        s = next(frame[0], None)
+        sc = frame[1]
+        if s is None:
+            stack.pop()
+            continue
         if s.lineno >= stop_line:
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)) and getattr(s, "value", None) is not None:
             for t in (s.targets if isinstance(s, ast.Assign) else [s.target]):
-                _bind(t, s.value, scope, src)
+                _bind(t, s.value, sc, src)
         elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
             name = s.target.id
-            _bind(s.target, ast.BinOp(ast.Name(name, ast.Load()), s.op, s.value), scope, src,
-                  text=f"{scope.texts.get(name, name)} {_opsym(s.op)} {src.text(s.value)}")
+            _bind(s.target, ast.BinOp(ast.Name(name, ast.Load()), s.op, s.value), sc, src,
+                  text=f"{sc.texts.get(name, name)} {_opsym(s.op)} {src.text(s.value)}")
         elif isinstance(s, ast.If):
-            if s.end_lineno >= stop_line:  # the launch is inside this if: follow its arm only
+            if s.end_lineno >= stop_line:  # the launch is inside this if: follow its arm only, and stop there
                 arm = s.body if s.body and s.body[-1].end_lineno >= stop_line and s.body[0].lineno < stop_line else s.orelse
-                _scan(arm, scope, src, stop_line)
-                return
-            a, b = scope.child(), scope.child()
-            _scan(s.body, a, src, stop_line)
-            _scan(s.orelse, b, src, stop_line)
-            _merge(scope, a, b)
+                stack[-1] = (iter(arm), sc)
+                continue
+            a, b = sc.child(), sc.child()
+            stack.append((_MERGE, sc, a, b))
+            stack.append((iter(s.orelse), b))
+            stack.append((iter(s.body), a))
         elif isinstance(s, (ast.For, ast.While, ast.With, ast.Try)) and not module:
-            for part in ("body", "orelse", "finalbody"):
-                _scan(getattr(s, part, []) or [], scope, src, stop_line)
+            for part in ("finalbody", "orelse", "body"):  # pushed last first: read body, orelse, finalbody
+                stack.append((iter(getattr(s, part, []) or []), sc))
         elif isinstance(s, ast.FunctionDef) and not module:
-            scope.nodes[s.name] = s  # def grid(meta): ...
+            sc.nodes[s.name] = s  # def grid(meta): ...
 
 
 def _bind(target, value, scope: Scope, src: Source, text: str | None = None) -> None:
@@ -140,7 +233,8 @@ def launch_lines(text: str, kernels: set[str]) -> dict[str, list[int]]:
 
 
 def launch_calls(statements, lines: list[int], kernels: set[str]) -> list[tuple[str, ast.Call, ast.AST | None]]:
-    """(kernel name, ``kernel[grid](...)`` call, innermost enclosing function or None) in ``statements``.
+    """(kernel name, ``kernel[grid](...)`` call, innermost enclosing function or None) in ``statements``,
+    in line order.
 
     Only statements spanning one of ``lines`` (ascending) are walked: walking every expression
     of a large module costs more than the rest of profiling.
@@ -156,6 +250,7 @@ def launch_calls(statements, lines: list[int], kernels: set[str]) -> list[tuple[
                 short = name.rsplit(".", 1)[-1] if name else None
                 if short in kernels:
                     out.append((short, n, fn))
+    out.sort(key=lambda t: (t[1].lineno, t[1].col_offset))  # in line order: LaunchScopes reads each function once
     return out
 
 
@@ -203,8 +298,9 @@ class ModuleIndex:
         self.functions.sort(key=lambda f: f.lineno)
 
 
-def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], base: Scope, src: Source) -> LaunchSite:
-    scope = scope_before(fn, call.lineno, base, src)
+def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], base: Scope, src: Source,
+                scopes: LaunchScopes | None = None) -> LaunchSite:
+    scope = (scopes or LaunchScopes(base, src)).before(fn, call.lineno)
     grid_node = call.func.slice
     grid_expr = _follow_grid(grid_node, scope)
     grid_text = src.text(grid_expr) if hasattr(grid_expr, "lineno") else src.text(grid_node)

@@ -21,7 +21,9 @@ from typing import Callable
 from skel.miner.profile import KernelProfile, LaunchSite, Param
 from skel.miner.pyexpr import Source, dotted
 from skel.miner.triton_blocks import ModuleBlocks, Resplit
-from skel.miner.triton_launch import ModuleIndex, Scope, launch_calls, launch_lines, launch_site, module_scope
+from skel.miner.triton_launch import (
+    LaunchScopes, ModuleIndex, Scope, launch_calls, launch_lines, launch_site, module_scope,
+)
 
 JIT_NAMES = ("triton.jit", "tl.jit", "triton.language.jit")
 MAX_WAITING_LINES = 50_000  # source lines of kernel trees held while their launches are still ahead
@@ -125,6 +127,7 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
     waiting: dict[int, tuple[KernelDef, ast.AST | None]] = {}  # def line -> (kernel, its tree or None)
     held = 0
     out: list[KernelProfile] = []
+    scopes = LaunchScopes(outline.base, src)  # one reading per launching function, shared by its launches
 
     def finish(k: KernelDef, fn) -> None:
         out.append(profile(fn, tuple(s for _, s in sorted(sites.pop(k.line), key=lambda t: t[0]))))
@@ -136,7 +139,7 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
             for name, call, fn in launch_calls(index.simple_statements, lines, all_names):
                 for k in by_name.get(name, ()):
                     sites[k.line].append(((call.lineno, call.col_offset),
-                                          launch_site(call, fn, k.params, outline.base, src)))
+                                          launch_site(call, fn, k.params, outline.base, src, scopes)))
         if i in defs_in:
             fns = {fn.lineno: fn for fn in index.functions}
             for k in defs_in[i]:

@@ -135,6 +135,18 @@ class FileText:
         i = bisect.bisect_left(self._top_defs, line) - 1
         return self._top_defs[i] if i >= 0 else 0
 
+    def lines_matching(self, key: str, test: Callable[[str], Any], lo: int, hi: int) -> list[tuple[int, Any]]:
+        """(line, ``test(stripped line)``) for lines in [lo, hi) where the test is truthy (a regex's
+        ``match``/``search``). The file is tested once per ``key``; each call is a bisection, so a
+        function launching thousands of kernels is not rescanned for each of them."""
+        rows = self.cache.get(key)
+        if rows is None:
+            rows = [(i, r) for i, raw in enumerate(self.lines, 1) if (r := test(raw.strip()))]
+            self.cache[key] = rows
+            self.cache[key + ":lines"] = [i for i, _ in rows]
+        at = self.cache[key + ":lines"]
+        return rows[bisect.bisect_left(at, lo):bisect.bisect_left(at, hi)]
+
     @cached_property
     def _assign_lines(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}

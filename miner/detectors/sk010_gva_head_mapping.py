@@ -49,11 +49,8 @@ def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
         if start is None:
             continue
         passed = " ".join(v for _, v in site.args)
-        for ln in range(start, site.line):
+        for ln, m in ctx.file.lines_matching(f"{CODE}:expand", EXPAND_RE.search, start, site.line):
             t = ctx.text(ln)
-            m = EXPAND_RE.search(t)
-            if not m:
-                continue
             var = m.group(1) or m.group(4)
             if re.search(rf"\b{re.escape(var)}\b", passed):
                 out.append((ln, site.line, var, t))
