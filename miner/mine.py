@@ -21,7 +21,6 @@ from typing import Callable, Iterable
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
 from skel.miner.gc_pause import gc_paused
-from skel.miner.mine_parts import join, parts_for
 from skel.miner.profile import KernelProfile
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
 from skel.miner.walk import Candidate, collect
@@ -107,18 +106,15 @@ def _frontend(language: str):
     return profile_source
 
 
-def analyze(path: str, text: str, language: str, part: tuple[int, int] | None = None
-            ) -> tuple[list[KernelProfile], list[Finding], str | None]:
-    """Profiles, findings and an error (or None) for one file's text (or one part of its Triton
-    kernels: ``mine_parts``). Never raises."""
+def analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
+    """Profiles, findings and an error (or None) for one file's text. Never raises."""
     with gc_paused():
-        return _analyze(path, text, language, part)
+        return _analyze(path, text, language)
 
 
-def _analyze(path: str, text: str, language: str, part) -> tuple[list[KernelProfile], list[Finding], str | None]:
+def _analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
     try:
-        frontend = _frontend(language)
-        profiles = frontend(text, path) if part is None else frontend(text, path, part=part)
+        profiles = _frontend(language)(text, path)
     except SyntaxError as exc:
         return [], [], f"syntax error at line {exc.lineno}, column {exc.offset}: {exc.msg}"
     except RecursionError:
@@ -298,16 +294,9 @@ def _cached(cat: Catalog, path: str, rec: SourceRecord) -> FileOutcome:
 
 
 def _run_jobs(todo: list[_Prepared], jobs: int | None):
-    """Yield (prepared, analysis) as files finish; a process pool when there is enough work.
-
-    A file much larger than its share of the work is analysed in parts by several workers
-    (``mine_parts``), its parts' results joined before it is yielded.
-    """
+    """Yield (prepared, analysis) as files finish; a process pool when there is enough work."""
     jobs = max(1, jobs or os.cpu_count() or 1)
-    total = sum(len(p.text) for p in todo)
-    parts = {id(p): parts_for(len(p.text), p.cand.language, total, jobs) for p in todo}
-    tasks = sum(parts.values())
-    if jobs == 1 or (len(todo) < POOL_MIN_FILES and tasks == len(todo)):
+    if jobs == 1 or len(todo) < POOL_MIN_FILES:
         for prep in todo:
             yield prep, analyze(prep.cand.path, prep.text, prep.cand.language)
         return
@@ -315,31 +304,21 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
-    # Big jobs first: the longest start early and the tail stays short.
-    order = sorted(todo, key=lambda p: -len(p.text) / parts[id(p)])
+    # Big files first: the longest jobs start early and the tail stays short.
+    order = sorted(todo, key=lambda p: -len(p.text))
     # Workers die with this process, even when it is killed with SIGKILL (no orphans left waiting
     # on the queue, holding the catalog's files); the pool is forked from this, the waiting, thread.
-    pool = ProcessPoolExecutor(max_workers=min(jobs, tasks), mp_context=ctx,
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
                                initializer=die_with_parent, initargs=(os.getpid(),))
     try:
-        futures = {}
-        for p in order:
-            n = parts[id(p)]
-            for k in range(n):
-                args = (p.cand.path, p.text, p.cand.language) + (((k, n),) if n > 1 else ())
-                futures[pool.submit(_analyze_job, args)] = (p, k)
-        done: dict[int, dict[int, tuple]] = {}
+        futures = {pool.submit(_analyze_job, (p.cand.path, p.text, p.cand.language)): p for p in order}
         for fut in as_completed(futures):
-            prep, k = futures[fut]
+            prep = futures[fut]
             try:
                 result = fut.result()
             except Exception as exc:  # a worker died (out of memory, killed): report the file, go on
                 result = ([], [], f"worker failed: {type(exc).__name__}: {exc}")
-            got = done.setdefault(id(prep), {})
-            got[k] = result
-            if len(got) == parts[id(prep)]:
-                del done[id(prep)]
-                yield prep, join([got[i] for i in range(len(got))])
+            yield prep, result
     except BaseException:
         # Ctrl-C or a catalog failure: drop queued files instead of parsing them all first.
         pool.shutdown(wait=False, cancel_futures=True)

@@ -49,11 +49,9 @@ NAME_ROLES = {
 _TEXT_CAP = 400
 
 
-def profile_source(text: str, path: str, part: tuple[int, int] | None = None) -> list[KernelProfile]:
+def profile_source(text: str, path: str) -> list[KernelProfile]:
     """Profiles of the Triton kernels (and jit device functions) in ``text``, in source order.
 
-    ``part=(k, n)``: only the k-th of n contiguous slices of the file's kernels (in source order;
-    the profiles are those of the whole-file call), so that workers can share one large file.
     Raises ``SyntaxError`` for a file Python cannot parse (the caller reports it).
     """
     blocks = ModuleBlocks(text, path)  # a large file is never one syntax tree: triton_blocks
@@ -65,9 +63,6 @@ def profile_source(text: str, path: str, part: tuple[int, int] | None = None) ->
     jit_names = {k.name for k in kernels}
     helpers = dict(outline.imports)
     helpers.update({n: "this file" for n in jit_names})
-    if part is not None:
-        k, n = part
-        kernels = kernels[len(kernels) * k // n: len(kernels) * (k + 1) // n]
 
     def profile(fn, sites):
         return _profile(fn, path, src, helpers, outline.base, sites)

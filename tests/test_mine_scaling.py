@@ -1,8 +1,7 @@
-"""Mining is linear in the kernels of a file, and reading a file in blocks or parts changes nothing.
+"""Mining is linear in the kernels of a file, and reading a file in blocks changes nothing.
 
-The Triton frontend reads a large file block by block (``triton_blocks``: bounded memory) and
-``skel mine`` shares a large file among its workers in parts (``mine_parts``); both must give
-exactly the profiles of one whole-file read. The speed bounds are generous (a quadratic
+The Triton frontend reads a large file block by block (``triton_blocks``: bounded memory), which
+must give exactly the profiles of one whole-file read. The speed bounds are generous (a quadratic
 regression fails them; the figures themselves are measured by benchmarks/mine_speed.py).
 """
 from __future__ import annotations
@@ -21,7 +20,6 @@ import skel.kernels
 import skel.miner.triton_blocks as blocks_mod
 import skel.miner.triton_module as module_mod
 from skel.miner.mine import analyze
-from skel.miner.mine_parts import join, parts_for
 from skel.miner.triton_frontend import profile_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,13 +127,6 @@ def test_blocks_give_the_whole_file_profiles(fla_corpus, monkeypatch, waiting):
         assert _profiles(text, path) == expected, path
 
 
-def test_parts_join_to_the_whole_file(fla_corpus):
-    for path, text in _sources(fla_corpus):
-        whole = analyze(path, text, "triton")
-        for n in (2, 3):
-            assert join([analyze(path, text, "triton", (k, n)) for k in range(n)]) == whole, (path, n)
-
-
 def test_a_syntax_error_is_the_files_own_whatever_the_blocks(monkeypatch):
     broken = AWKWARD.replace("def tuned(x, n, BS: tl.constexpr):", "def tuned(x, n, BS: tl.constexpr)", 1)
     with pytest.raises(SyntaxError) as whole:
@@ -144,16 +135,8 @@ def test_a_syntax_error_is_the_files_own_whatever_the_blocks(monkeypatch):
     with pytest.raises(SyntaxError) as blocked:
         profile_source(broken, "b.py")
     assert (blocked.value.lineno, blocked.value.msg) == (whole.value.lineno, whole.value.msg)
-    profiles, _, error = analyze("b.py", broken, "triton", (1, 2))
+    profiles, _, error = analyze("b.py", broken, "triton")
     assert profiles == [] and error.startswith(f"syntax error at line {whole.value.lineno}")
-
-
-def test_only_a_file_larger_than_its_share_is_split():
-    assert parts_for(5_000_000, "triton", 5_000_000, 2) == 2  # one big file, two workers
-    assert parts_for(5_000_000, "cuda", 5_000_000, 2) == 1  # CUDA is not split
-    assert parts_for(150_000, "triton", 150_000, 2) == 1  # too small to be worth it
-    assert parts_for(300_000, "triton", 40_000_000, 2) == 1  # many files keep the workers busy anyway
-    assert parts_for(5_000_000, "triton", 5_000_000, 1) == 1
 
 
 LAUNCH_SCOPES = textwrap.dedent('''\

@@ -24,8 +24,8 @@ Python files are decoded as Python decodes them (PEP 263: a coding cookie such a
 undecodable or binary files, empty files named on the command line, files over
 --max-bytes or $SKEL_MAX_BYTES (default 5 MB; a larger file is never read), unreadable
 files and folders, broken links, symlink loops, paths that do not exist) is listed under
-errors with a reason; the run goes on. A file much larger than the rest is shared among
-the workers. Workers die with skel mine, even when it is killed with SIGKILL.
+errors with a reason; the run goes on. Workers die with skel mine, even when it is killed
+with SIGKILL.
 
 Exit status: 0 when every input was read (whatever it found: mining is not a check;
 `skel match` gives a verdict on one file); 1 when some inputs could not be mined: each is
