@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -259,14 +258,20 @@ def bench_bundles(sizes: list[int], kind: str, jobs: int | None) -> list[dict]:
                    str(Path(tmp) / "catalog.sqlite"), "--max-bytes", str(max(f.stat().st_size + 1, 5_000_000))]
             if jobs:
                 cmd += ["--jobs", str(jobs)]
+            out_f, err_f = Path(tmp) / "out", Path(tmp) / "err"
             t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-            out, err = proc.communicate()
+            with open(out_f, "w") as fo, open(err_f, "w") as fe:
+                proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, cwd=REPO)
+                # this run's own rusage: ru_maxrss is the largest resident set of the process and the
+                # workers it waited for
+                _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - t0
-            # ru_maxrss of the child: the largest resident set among it and the workers it waited for
-            rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-            if proc.returncode != 0:
-                raise SystemExit(f"skel mine on {n} kernels failed ({proc.returncode}): {err[-2000:]}")
+            rc = os.waitstatus_to_exitcode(status)
+            proc.returncode = rc  # reaped here: tell Popen, so that it does not wait again
+            out, err = out_f.read_text(), err_f.read_text()
+            rss_kb = usage.ru_maxrss
+            if rc != 0:
+                raise SystemExit(f"skel mine on {n} kernels failed ({rc}): {err[-2000:]}")
             rows.append({"kind": kind, "kernels": n, "bytes": f.stat().st_size, "wall": wall,
                          "rss_mb": rss_kb / 1024, "found": json.loads(out)["kernels"],
                          "summary": err.strip().splitlines()[0]})
@@ -344,8 +349,8 @@ def report(fla: dict | None, fi: dict | None, args, bundles: list[dict] = ()) ->
         ]
         lines += [f"| {r['kind']} | {r['kernels']} | {r['bytes'] / 1e6:.2f} | {r['wall']:.2f} | {r['rss_mb']:.0f} | "
                   f"`{r['summary']}` |" for r in bundles]
-        lines += ["", "Peak RSS is the largest resident set of the `skel mine` process or one of its workers, "
-                  "read with getrusage(RUSAGE_CHILDREN) after each run (so it never decreases down the table).", ""]
+        lines += ["", "Peak RSS: the largest resident set of the `skel mine` process and the workers it waited for "
+                  "(wait4's rusage of that run).", ""]
     if fi:
         share = 100.0 * fi["covered"] / max(fi["defining"], 1)
         lines += [

@@ -12,7 +12,6 @@ launch sites in ``cuda_launch``; this module finds kernels and their parameters.
 """
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,6 +19,7 @@ from functools import lru_cache
 from skel.miner.cuda_body import analyze_body, dtypes_in
 from skel.miner.cuda_launch import launch_profile, launch_sites
 from skel.miner.cuda_macros import Sanitized, sanitize
+from skel.miner.cuda_positions import Covered, Positions, byte_offsets
 from skel.miner.gc_pause import gc_paused
 from skel.miner.profile import KernelProfile, Param
 
@@ -91,9 +91,9 @@ def _profile_source(text: str, path: str) -> list[KernelProfile]:
     device_fns = _device_functions(root)
     launches = launch_sites(root, src)
     failed: list[int] = []
-    covered = _Covered((k.node.start_byte, k.node.end_byte) for k in kernels)
-    where = _Positions(san.text, src)
-    for off, boff in zip(wanted, _byte_offsets(san.text, wanted)):
+    covered = Covered((k.node.start_byte, k.node.end_byte) for k in kernels)
+    where = Positions(san.text, src, _parser())
+    for off, boff in zip(wanted, byte_offsets(san.text, wanted)):
         if covered.holds(boff):
             continue
         k, status = _recover(san, off, path, where)
@@ -117,37 +117,6 @@ def _profile_source(text: str, path: str) -> list[KernelProfile]:
     for site in launches:
         by_name.setdefault(site.name, []).append(site)
     return [_profile(k, path, code_bytes, last_line, by_name, device_fns, file_notes) for k in kernels]
-
-
-class _Covered:
-    """Byte ranges of the kernels found so far; ``holds(b)``: does one contain offset b (bisection)."""
-
-    def __init__(self, ranges):
-        rows = sorted(ranges)
-        self.starts = [a for a, _ in rows]
-        self.reach: list[int] = []  # the furthest end among the ranges starting at or before each start
-        for _, b in rows:
-            self.reach.append(max(b, self.reach[-1]) if self.reach else b)
-        self.extra: list[tuple[int, int]] = []  # recovered kernels (few): checked one by one
-
-    def holds(self, b: int) -> bool:
-        i = bisect.bisect_right(self.starts, b) - 1
-        return (i >= 0 and b < self.reach[i]) or any(s <= b < e for s, e in self.extra)
-
-    def add(self, a: int, b: int) -> None:
-        self.extra.append((a, b))
-
-
-def _byte_offsets(text: str, offsets: list[int]) -> list[int]:
-    """UTF-8 byte offsets of ascending character ``offsets`` (encoding each stretch once)."""
-    if text.isascii():
-        return list(offsets)
-    out, pos, bpos = [], 0, 0
-    for off in offsets:
-        bpos += len(text[pos:off].encode("utf-8"))
-        pos = off
-        out.append(bpos)
-    return out
 
 
 def kernel_definition_lines(text: str) -> list[int]:
@@ -212,7 +181,7 @@ def _device_functions(root) -> dict[str, int]:
     return out
 
 
-def _recover(san: Sanitized, off: int, path: str, where: "_Positions"):
+def _recover(san: Sanitized, off: int, path: str, where: Positions):
     """Re-parse the definition around the __global__ at ``off`` alone.
 
     Returns (kernel, "ok") or (None, "declaration") for a prototype, (None, "failed").
@@ -240,42 +209,6 @@ def _recover(san: Sanitized, off: int, path: str, where: "_Positions"):
         return None, "failed"
     node, template = found[0]
     return _Kernel(node, template, True, open_braces), "ok"
-
-
-class _Positions:
-    """Byte offsets and (row, byte column) points of character offsets of one text, for parsing
-    a stretch of it in place (``parse``)."""
-
-    def __init__(self, text: str, data: bytes):
-        self.text, self.data = text, data
-        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]  # line starts (characters)
-        self.ascii = text.isascii()
-        self._bytes: list[int] | None = None
-
-    def point(self, off: int) -> tuple[int, tuple[int, int]]:
-        row = bisect.bisect_right(self.starts, off) - 1
-        if self.ascii:
-            return off, (row, off - self.starts[row])
-        if self._bytes is None:  # byte offset of every line start, once
-            acc, out = 0, []
-            for a, b in zip(self.starts, self.starts[1:] + [len(self.text)]):
-                out.append(acc)
-                acc += len(self.text[a:b].encode("utf-8"))
-            self._bytes = out
-        col = len(self.text[self.starts[row]:off].encode("utf-8"))
-        return self._bytes[row] + col, (row, col)
-
-    def parse(self, start: int, stop: int):
-        """The root node of a parse of characters [start, stop) alone, positioned in the file."""
-        import tree_sitter
-
-        (b0, p0), (b1, p1) = self.point(start), self.point(stop)
-        parser = _parser()
-        parser.included_ranges = [tree_sitter.Range(p0, p1, b0, b1)]
-        try:
-            return parser.parse(self.data).root_node
-        finally:
-            parser.included_ranges = [tree_sitter.Range((0, 0), (0xFFFFFFFF, 0xFFFFFFFF), 0, 0xFFFFFFFF)]
 
 
 def _definition_start(code: str, off: int) -> int:

@@ -30,7 +30,7 @@ from skel.miner.pyexpr import Source, arg, call_name, dotted, kwarg, literal
 from skel.miner.triton_body import BodyWalker, HEAD_COUNT
 from skel.miner.triton_body_ops import RawItem
 from skel.miner.triton_blocks import ModuleBlocks
-from skel.miner.triton_launch import Scope
+from skel.miner.triton_scope import Scope
 from skel.miner.triton_module import Outline, params_of, sweep
 from skel.miner.triton_tune import tune_configs
 

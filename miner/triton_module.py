@@ -21,9 +21,9 @@ from typing import Callable
 from skel.miner.profile import KernelProfile, LaunchSite, Param
 from skel.miner.pyexpr import Source, dotted
 from skel.miner.triton_blocks import ModuleBlocks, Resplit
-from skel.miner.triton_launch import (
-    LaunchScopes, ModuleIndex, Scope, launch_calls, launch_lines, launch_site, module_scope,
-)
+from skel.miner.triton_launch import ModuleIndex, launch_calls, launch_lines, launch_site
+from skel.miner.triton_scan import LaunchScopes, module_scope
+from skel.miner.triton_scope import Scope
 
 JIT_NAMES = ("triton.jit", "tl.jit", "triton.language.jit")
 MAX_WAITING_LINES = 50_000  # source lines of kernel trees held while their launches are still ahead
