@@ -149,6 +149,17 @@ def read_source(path: str, language: str, max_bytes: int | None = None) -> Sourc
 
 
 def write_source(path, text: str, encoding: str) -> None:
-    """Write ``text`` in the encoding it was read with (so a coding cookie stays true)."""
-    with open(path, "w", encoding=encoding, newline="") as fh:
-        fh.write(text)
+    """Write ``text`` in the encoding it was read with (so a coding cookie stays true), line ends as they are."""
+    try:
+        data = text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"{path}: cannot be written in {encoding}, the source's encoding: "
+                         f"{exc.object[exc.start]!r} at offset {exc.start}") from None
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def read_written(path, encoding: str) -> str:
+    """What ``write_source`` wrote, back as text (no newline translation)."""
+    with open(path, "rb") as fh:
+        return fh.read().decode(encoding)

@@ -26,7 +26,7 @@ from typing import Callable
 
 from skel.catalog.library import Library
 from skel.errors import UsageError
-from skel.miner.sourcefile import SourceText, read_source, write_source
+from skel.miner.sourcefile import SourceText, read_source, read_written, write_source
 from skel.rewriter.base import RewriteOptions
 from skel.rewriter.candidates import Candidate, enumerate_candidates
 from skel.rewriter.targets import TargetBinding
@@ -384,10 +384,10 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
     chosen = [(bucket, labels[o.label]) for bucket, o in winners]
     notes: list[str] = []
     best = max(chosen, key=lambda bo: sum(1 for _, o in chosen if o.label == bo[1].label))[1]
-    text = Path(best.path).read_text(encoding=encoding)
+    text = read_written(best.path, encoding)
     if len({o.label for _, o in chosen}) > 1:
         try:
-            dispatch = build_dispatch(source, [(b, Path(o.path).read_text(encoding=encoding)) for b, o in chosen],
+            dispatch = build_dispatch(source, [(b, read_written(o.path, encoding)) for b, o in chosen],
                                       binding)
             problem = check(dispatch) if check else None
         except ValueError as exc:
