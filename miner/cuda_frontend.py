@@ -12,15 +12,15 @@ launch sites in ``cuda_launch``; this module finds kernels and their parameters.
 """
 from __future__ import annotations
 
-import gc
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
 from skel.miner.cuda_body import analyze_body, dtypes_in
 from skel.miner.cuda_launch import launch_profile, launch_sites
 from skel.miner.cuda_macros import Sanitized, sanitize
+from skel.miner.cuda_positions import Covered, Positions, byte_offsets
+from skel.miner.gc_pause import gc_paused
 from skel.miner.profile import KernelProfile, Param
 
 __all__ = ["profile_source", "profile_file", "kernel_definition_lines"]
@@ -71,24 +71,8 @@ def profile_source(text: str, path: str) -> list[KernelProfile]:
     Raises ValueError("path:line: why") for binary input, or when the file defines
     ``__global__`` functions and none of them can be parsed.
     """
-    with _gc_paused():
+    with gc_paused():
         return _profile_source(text, path)
-
-
-@contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while a file is profiled. tree-sitter Node objects
-    are GC-tracked and a parsed 4 MB header keeps about a million of them alive, so each
-    full collection triggered by the walker's small allocations re-scans them all: that
-    cost a third of the CPU time on generated bundles. Nothing here relies on collection
-    of cycles; the collector is restored (when it was on) as soon as the file is done."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _profile_source(text: str, path: str) -> list[KernelProfile]:
@@ -107,16 +91,15 @@ def _profile_source(text: str, path: str) -> list[KernelProfile]:
     device_fns = _device_functions(root)
     launches = launch_sites(root, src)
     failed: list[int] = []
-    covered = [(k.node.start_byte, k.node.end_byte) for k in kernels]
-    ascii_text = san.text.isascii()
-    for off in wanted:
-        boff = off if ascii_text else len(san.text[:off].encode("utf-8"))
-        if any(a <= boff < b for a, b in covered):
+    covered = Covered((k.node.start_byte, k.node.end_byte) for k in kernels)
+    where = Positions(san.text, src, _parser())
+    for off, boff in zip(wanted, byte_offsets(san.text, wanted)):
+        if covered.holds(boff):
             continue
-        k, status = _recover(san, off, path)
+        k, status = _recover(san, off, path, where)
         if k is not None:
             kernels.append(k)
-            covered.append((k.node.start_byte, k.node.end_byte))
+            covered.add(k.node.start_byte, k.node.end_byte)
         elif status == "failed":
             failed.append(san.text.count("\n", 0, off) + 1)
     if not kernels and failed:
@@ -130,7 +113,10 @@ def _profile_source(text: str, path: str) -> list[KernelProfile]:
     kernels.sort(key=lambda k: k.node.start_byte)
     code_bytes = san.code.encode("utf-8")
     last_line = san.text.count("\n") + 1
-    return [_profile(k, path, code_bytes, last_line, launches, device_fns, file_notes) for k in kernels]
+    by_name: dict[str, list] = {}  # launches by kernel name, in file order: one pass, not one per kernel
+    for site in launches:
+        by_name.setdefault(site.name, []).append(site)
+    return [_profile(k, path, code_bytes, last_line, by_name, device_fns, file_notes) for k in kernels]
 
 
 def kernel_definition_lines(text: str) -> list[int]:
@@ -195,25 +181,29 @@ def _device_functions(root) -> dict[str, int]:
     return out
 
 
-def _recover(san: Sanitized, off: int, path: str):
+def _recover(san: Sanitized, off: int, path: str, where: Positions):
     """Re-parse the definition around the __global__ at ``off`` alone.
 
     Returns (kernel, "ok") or (None, "declaration") for a prototype, (None, "failed").
+    Only the definition's own bytes are parsed (tree-sitter's included ranges over the whole
+    file, so positions and lines stay the file's): recovering thousands of kernels of one
+    file costs the size of those kernels, not thousands of times the file.
     """
     code = san.code
     start = _definition_start(code, off)
     brace = _first_body_brace(code, off)
     if brace is None:  # a prototype, if it parses as one
         semi = code.find(";", off)
-        proto = re.sub(r"[^\n]", " ", san.text[:start]) + san.text[start:semi + 1]
-        ok = semi >= 0 and not _parser().parse(proto.encode("utf-8")).root_node.has_error
+        ok = semi >= 0 and not where.parse(start, semi + 1).has_error
         return None, "declaration" if ok else "failed"
     end, open_braces = _matching_brace(code, brace)
     if end is None:  # truncated (a split bundle): close the body after the end of the text,
         end = len(code) - 1  # which leaves every earlier offset and line as it is
-    blanked = (re.sub(r"[^\n]", " ", san.text[:start]) + san.text[start:end + 1]
-               + re.sub(r"[^\n]", " ", san.text[end + 1:]) + "\n" + "}" * open_braces)
-    root = _parser().parse(blanked.encode("utf-8")).root_node
+        blanked = (re.sub(r"[^\n]", " ", san.text[:start]) + san.text[start:end + 1]
+                   + re.sub(r"[^\n]", " ", san.text[end + 1:]) + "\n" + "}" * open_braces)
+        root = _parser().parse(blanked.encode("utf-8")).root_node
+    else:
+        root = where.parse(start, end + 1)
     found = _find_kernels(root)
     if not found:
         return None, "failed"
@@ -348,7 +338,7 @@ def _profile(k: _Kernel, path: str, code_bytes: bytes, last_line: int, launches,
         notes.append("recovered by parsing the kernel alone (parse errors elsewhere in the file)")
     if k.truncated:
         notes.append(f"file ends inside the kernel ({k.truncated} closing brace(s) missing): profile is partial")
-    sites = tuple(launch_profile(l, tparams, fparams) for l in launches if l.name == short)
+    sites = tuple(launch_profile(l, tparams, fparams) for l in launches.get(short, ()))
     start, end = head.start_byte, fn.end_byte
     kernel_code = code_bytes[start:end].decode("utf-8", "replace")
     return KernelProfile(

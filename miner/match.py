@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from skel.errors import UsageError
+from skel.miner.sourcefile import read_source
 from skel.miner.walk import language_of
 
 
@@ -65,43 +66,41 @@ class MatchReport:
         return {"kernels": [k.to_json() for k in self.kernels]}
 
 
-def read_target(path: str) -> tuple[str, str]:
-    """(text, language) of a target file; UsageError naming the file and the problem otherwise."""
-    if not os.path.exists(path):
+def read_target(path: str, max_bytes: int | None = None) -> tuple[str, str]:
+    """(text, language) of a target file; UsageError naming the file and the problem otherwise.
+
+    Read by ``skel.miner.sourcefile``'s rules: regular files only, at most ``max_bytes``
+    (default ``SKEL_MAX_BYTES`` or 5 MB), no NUL byte, Python decoded per PEP 263.
+    """
+    if not os.path.lexists(path):
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UsageError(f"{path}: is a directory; skel match takes one kernel file (use skel mine for folders)")
     language = language_of(path)
     if language is None:
         raise UsageError(f"{path}: not a kernel source (expected .py, or .cu/.cuh/.h/.hpp/.cpp for CUDA)")
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    nul = data.find(b"\x00", 0, 8192)
-    if nul >= 0:
-        raise UsageError(f"{path}: binary file (NUL byte at offset {nul})")
-    try:
-        return data.decode("utf-8-sig"), language
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UsageError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+    return read_source(path, language, max_bytes).text, language
 
 
 def profile_target(path: str, text: str, language: str) -> list:
+    from skel.miner.gc_pause import gc_paused
     from skel.miner.mine import _frontend
 
     try:
-        profiles = _frontend(language)(text, path)
+        with gc_paused():
+            profiles = _frontend(language)(text, path)
     except SyntaxError as exc:
         raise UsageError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     except ValueError as exc:  # the CUDA frontend's "path:line: why"
         raise UsageError(str(exc)) from None
+    except RecursionError:
+        raise UsageError(f"{path}: too deeply nested for the parser (RecursionError)") from None
+    except Exception as exc:  # a frontend bug: name the file, as skel mine does, rather than a traceback
+        raise UsageError(f"{path}: {language} frontend failed: {type(exc).__name__}: {exc}") from None
     return [p for p in profiles if p.kind == "kernel"]
 
 
-def match_file(path: str, skeleton: str | None = None, library=None) -> MatchReport:
+def match_file(path: str, skeleton: str | None = None, library=None, max_bytes: int | None = None) -> MatchReport:
     """Evaluate every skeleton of ``library`` (default: the shipped one), or only ``skeleton``."""
     from skel.catalog.library import load_library
 
@@ -113,7 +112,7 @@ def match_file(path: str, skeleton: str | None = None, library=None) -> MatchRep
             known = ", ".join(s.code for s in skeletons)
             raise UsageError(f"--skeleton {skeleton}: no such skeleton in {lib.root} (known: {known})")
         skeletons = [sk]
-    text, language = read_target(path)
+    text, language = read_target(path, max_bytes)
     profiles = profile_target(path, text, language)
     return MatchReport(path, tuple(match_kernel(p, text, skeletons) for p in profiles))
 

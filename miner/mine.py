@@ -20,10 +20,12 @@ from typing import Callable, Iterable
 
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
+from skel.miner.gc_pause import gc_paused
 from skel.miner.profile import KernelProfile
+from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
 from skel.miner.walk import Candidate, collect
+from skel.procs import die_with_parent
 
-MAX_BYTES = 5_000_000
 POOL_MIN_FILES = 8  # below this a process pool costs more than it saves
 _MARKERS = {"triton": (b"triton", b"jit"), "cuda": (b"__global__",)}
 
@@ -106,6 +108,11 @@ def _frontend(language: str):
 
 def analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
     """Profiles, findings and an error (or None) for one file's text. Never raises."""
+    with gc_paused():
+        return _analyze(path, text, language)
+
+
+def _analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
     try:
         profiles = _frontend(language)(text, path)
     except SyntaxError as exc:
@@ -133,40 +140,47 @@ def _analyze_job(args):
 
 
 # ------------------------------------------------------------------- prepare
-def prepare(cand: Candidate, max_bytes: int = MAX_BYTES) -> _Prepared:
-    """Read one candidate and decide whether it needs parsing (no parsing here)."""
+def prepare(cand: Candidate, max_bytes: int | None = None) -> _Prepared:
+    """Read one candidate and decide whether it needs parsing (no parsing here).
+
+    At most ``max_bytes`` are read (default: ``SKEL_MAX_BYTES`` or 5 MB); the text prefilter
+    runs on the bytes, so a file without kernel markers is never decoded.
+    """
+    limit = max_bytes or default_max_bytes()
     prep = _Prepared(cand)
     path = cand.path
     try:
         st = os.stat(path)
         prep.size, prep.mtime = st.st_size, st.st_mtime
-        if st.st_size > max_bytes:
-            return _err(prep, f"skipped: {st.st_size / 1e6:.1f} MB is over the {max_bytes / 1e6:g} MB limit (--max-bytes)")
+        if st.st_size > limit:
+            return _err(prep, too_large(st.st_size, limit))
         with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
-        reason = "permission denied" if isinstance(exc, PermissionError) else f"cannot read: {exc.strerror or exc}"
-        return _err(prep, reason)
-    if len(data) > max_bytes:
-        return _err(prep, f"skipped: over the {max_bytes / 1e6:g} MB limit (--max-bytes)")
+        return _err(prep, os_reason(exc))
+    if len(data) > limit:
+        return _err(prep, too_large(len(data), limit))
     if not data.strip():
         if cand.explicit:
             return _err(prep, "empty file: nothing to mine" if not data else "blank file: nothing to mine")
         prep.outcome = FileOutcome(path, "skipped")
         prep.forget = True
         return prep
-    nul = data.find(b"\x00", 0, 8192)
-    if nul >= 0:
-        return _err(prep, f"binary file (NUL byte at offset {nul}); not mined")
+    if cand.explicit or b"\x00" in data:
+        # a file named on the command line, or a binary one, that cannot be read as source is an
+        # error even without kernel markers; walked files that are merely undecodable are skipped
+        try:
+            decode(data, cand.language, path)
+        except UnreadableSource as exc:
+            return _err(prep, exc.entry)
     if not all(m in data for m in _MARKERS[cand.language]):
         prep.outcome = FileOutcome(path, "skipped")
         prep.forget = True
         return prep
     try:
-        prep.text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        return _err(prep, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})")
+        prep.text = decode(data, cand.language, path).text  # PEP 263 for Python: a coding cookie is honoured
+    except UnreadableSource as exc:
+        return _err(prep, exc.entry)
     prep.key = cache_key(data)
     return prep
 
@@ -183,7 +197,7 @@ def mine(
     catalog: Catalog | str | os.PathLike | None = None,
     jobs: int | None = None,
     force: bool = False,
-    max_bytes: int = MAX_BYTES,
+    max_bytes: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> MineReport:
     """Mine ``paths`` into ``catalog`` (a Catalog, a path, or None for the default catalog).
@@ -292,7 +306,10 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
     # Big files first: the longest jobs start early and the tail stays short.
     order = sorted(todo, key=lambda p: -len(p.text))
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx)
+    # Workers die with this process, even when it is killed with SIGKILL (no orphans left waiting
+    # on the queue, holding the catalog's files); the pool is forked from this, the waiting, thread.
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
+                               initializer=die_with_parent, initargs=(os.getpid(),))
     try:
         futures = {pool.submit(_analyze_job, (p.cand.path, p.text, p.cand.language)): p for p in order}
         for fut in as_completed(futures):

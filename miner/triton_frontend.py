@@ -24,12 +24,14 @@ import re
 
 from skel.miner import dataflow
 from skel.miner.profile import (
-    Dot, KernelProfile, Loop, MathOp, MemOp, Param, ProgramAxis, Reduction,
+    Dot, KernelProfile, LaunchSite, Loop, MathOp, MemOp, ProgramAxis, Reduction,
 )
 from skel.miner.pyexpr import Source, arg, call_name, dotted, kwarg, literal
 from skel.miner.triton_body import BodyWalker, HEAD_COUNT
 from skel.miner.triton_body_ops import RawItem
-from skel.miner.triton_launch import ModuleIndex, Scope, find_launches, launch_site, module_scope
+from skel.miner.triton_blocks import ModuleBlocks
+from skel.miner.triton_scope import Scope
+from skel.miner.triton_module import Outline, params_of, sweep
 from skel.miner.triton_tune import tune_configs
 
 # A sequence-length name: T itself, or a name containing one of these words (cur_batch_seq_len,
@@ -52,34 +54,25 @@ def profile_source(text: str, path: str) -> list[KernelProfile]:
 
     Raises ``SyntaxError`` for a file Python cannot parse (the caller reports it).
     """
-    tree = ast.parse(text, filename=path)
+    blocks = ModuleBlocks(text, path)  # a large file is never one syntax tree: triton_blocks
     src = Source(text)
-    index = ModuleIndex(tree, text)
-    jit_fns = [fn for fn in index.functions if _jit_decorated(fn, index.imports)]
-    if not jit_fns:
+    outline = Outline(blocks, src)
+    kernels = outline.kernels
+    if not kernels:
         return []
-    jit_names = {fn.name for fn in jit_fns}
-    helpers = dict(index.imports)
+    jit_names = {k.name for k in kernels}
+    helpers = dict(outline.imports)
     helpers.update({n: "this file" for n in jit_names})
-    base = module_scope(tree, src)
-    launches = find_launches(index, jit_names)
-    out = [_profile(fn, path, src, helpers, base, launches.get(fn.name, [])) for fn in jit_fns]
+
+    def profile(fn, sites):
+        return _profile(fn, path, src, helpers, outline.base, sites)
+
+    out = sweep(blocks, src, outline, kernels, jit_names, profile)
     return sorted(out, key=lambda p: p.line)
 
 
-def _jit_decorated(fn, imports: dict[str, str]) -> bool:
-    for d in fn.decorator_list:
-        name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
-        if name in ("triton.jit", "tl.jit", "triton.language.jit"):
-            return True
-        if name == "jit" and imports.get("jit", "triton").startswith("triton"):
-            return True
-    return False
-
-
-def _profile(fn, path: str, src: Source, helpers, base: Scope, launch_calls) -> KernelProfile:
-    params = _params(fn, src)
-    sites = tuple(launch_site(c, f, params, base, src) for c, f in launch_calls)
+def _profile(fn, path: str, src: Source, helpers, base: Scope, sites: tuple[LaunchSite, ...]) -> KernelProfile:
+    params = params_of(fn, src)
     walker = BodyWalker(fn, src, [p.name for p in params], helpers).run()
     graph = dataflow.Graph(walker.edges)
     loops = tuple(_loop(l, graph) for l in sorted(walker.loops, key=lambda l: l.line))
@@ -107,19 +100,6 @@ def _profile(fn, path: str, src: Source, helpers, base: Scope, launch_calls) -> 
         tune=tune_configs(fn, base.env), dataflow=tuple(walker.edges), notes=(),
         kind="kernel" if has_pid or sites else "device-function", symbols=symbols,
     )
-
-
-def _params(fn, src: Source) -> tuple[Param, ...]:
-    a = fn.args
-    positional = a.posonlyargs + a.args
-    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
-    rows = list(zip(positional, defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
-    out = []
-    for p, default in rows:
-        ann = src.text(p.annotation) if p.annotation is not None else None
-        out.append(Param(p.arg, ann, bool(ann) and ann.replace(" ", "").endswith("constexpr"),
-                         None if default is None else src.text(default)))
-    return tuple(out)
 
 
 def _t(src: Source, node: ast.AST) -> str:

@@ -1,5 +1,6 @@
 """Launch sites of Triton kernels in the same file: ``kernel[grid](...)``.
 
+Launch lines and calls (``launch_lines``, ``launch_calls``), the module index (``ModuleIndex``).
 For each launch: the grid (a name is followed to its assignment, lambda or local
 ``def grid(meta)``), arguments mapped to parameters, and the values of constexpr
 arguments where a straight-line read of the launching function determines them
@@ -9,150 +10,78 @@ arguments where a straight-line read of the launching function determines them
 from __future__ import annotations
 
 import ast
+import bisect
 import re
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from skel.miner.profile import LaunchSite, Param
 from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text, kwarg
-
-_MISSING = object()
-
-
-@dataclass
-class Scope:
-    """What a straight-line read of a function knows just before a given line."""
-
-    env: dict[str, Any] = field(default_factory=dict)  # resolved values
-    texts: dict[str, str] = field(default_factory=dict)  # defining text of unresolved names
-    nodes: dict[str, ast.AST] = field(default_factory=dict)  # last defining expression
-
-
-def module_scope(tree: ast.Module, src: Source) -> Scope:
-    scope = Scope()
-    _scan(tree.body, scope, src, stop_line=10**9, module=True)
-    return scope
-
-
-def scope_before(fn: ast.AST | None, line: int, base: Scope, src: Source) -> Scope:
-    scope = Scope(dict(base.env), dict(base.texts), dict(base.nodes))
-    if fn is not None:
-        for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs:
-            # a launcher's own parameters are whatever its caller passes
-            scope.env.pop(a.arg, None)
-            scope.texts[a.arg] = a.arg
-        _scan(fn.body, scope, src, stop_line=line)
-    return scope
-
-
-def _scan(stmts, scope: Scope, src: Source, stop_line: int, module: bool = False) -> None:
-    for s in stmts:
-        if s.lineno >= stop_line:
-            return
-        if isinstance(s, (ast.Assign, ast.AnnAssign)) and getattr(s, "value", None) is not None:
-            for t in (s.targets if isinstance(s, ast.Assign) else [s.target]):
-                _bind(t, s.value, scope, src)
-        elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
-            name = s.target.id
-            _bind(s.target, ast.BinOp(ast.Name(name, ast.Load()), s.op, s.value), scope, src,
-                  text=f"{scope.texts.get(name, name)} {_opsym(s.op)} {src.text(s.value)}")
-        elif isinstance(s, ast.If):
-            if s.end_lineno >= stop_line:  # the launch is inside this if: follow its arm only
-                arm = s.body if s.body and s.body[-1].end_lineno >= stop_line and s.body[0].lineno < stop_line else s.orelse
-                _scan(arm, scope, src, stop_line)
-                return
-            a = Scope(dict(scope.env), dict(scope.texts), dict(scope.nodes))
-            b = Scope(dict(scope.env), dict(scope.texts), dict(scope.nodes))
-            _scan(s.body, a, src, stop_line)
-            _scan(s.orelse, b, src, stop_line)
-            _merge(scope, a, b)
-        elif isinstance(s, (ast.For, ast.While, ast.With, ast.Try)) and not module:
-            for part in ("body", "orelse", "finalbody"):
-                _scan(getattr(s, part, []) or [], scope, src, stop_line)
-        elif isinstance(s, ast.FunctionDef) and not module:
-            scope.nodes[s.name] = s  # def grid(meta): ...
-
-
-def _bind(target, value, scope: Scope, src: Source, text: str | None = None) -> None:
-    if isinstance(target, ast.Name):
-        scope.nodes[target.id] = value
-        try:
-            scope.env[target.id] = evaluate(value, scope.env)
-            scope.texts.pop(target.id, None)
-        except Unresolved:
-            scope.env.pop(target.id, None)
-            scope.texts[target.id] = text or src.text(value)
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
-                and not any(isinstance(e, ast.Starred) for e in value.elts + target.elts):
-            for t, v in zip(target.elts, value.elts):
-                _bind(t, v, scope, src)
-        else:
-            for i, t in enumerate(target.elts):
-                name = t.value.id if isinstance(t, ast.Starred) and isinstance(t.value, ast.Name) else getattr(t, "id", None)
-                if name:
-                    scope.env.pop(name, None)
-                    scope.nodes.pop(name, None)
-                    scope.texts[name] = name  # B, T, H, K, V = k.shape: a shape, known only at run time
-
-
-def _merge(into: Scope, a: Scope, b: Scope) -> None:
-    for name in set(a.env) | set(b.env) | set(a.texts) | set(b.texts):
-        va, vb = a.env.get(name, _MISSING), b.env.get(name, _MISSING)
-        if va is not _MISSING and va == vb:
-            into.env[name] = va
-            into.texts.pop(name, None)
-            continue
-        into.env.pop(name, None)
-        ta = repr(va) if va is not _MISSING else a.texts.get(name, name)
-        tb = repr(vb) if vb is not _MISSING else b.texts.get(name, name)
-        into.texts[name] = ta if ta == tb else f"{ta} | {tb}"
-        into.nodes[name] = a.nodes.get(name) or b.nodes.get(name)
-
-
-def _opsym(op) -> str:
-    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/"}.get(type(op), "?")
-
+from skel.miner.triton_scan import LaunchScopes
+from skel.miner.triton_scope import Scope
 
 # ------------------------------------------------------------------- launches
-def find_launches(index: "ModuleIndex", kernels: set[str]) -> dict[str, list[tuple[ast.Call, ast.AST | None]]]:
-    """kernel name -> [(launch call, innermost enclosing function or None)], in source order.
+_SUBSCRIPTED = re.compile(r"\b(\w+)\s*\[")
 
-    Only statements on lines where the text shows ``name[`` for a kernel name are walked:
-    walking every expression of a large module costs more than the rest of profiling.
+
+def launch_lines(text: str, kernels: set[str]) -> dict[str, list[int]]:
+    """Kernel name -> ascending lines where the text shows ``name[`` (a superset of its launches).
+
+    One pass over the text whatever the number of kernels (an alternation of thousands of names
+    would be tried at every position).
     """
-    if not kernels:
-        return {}
-    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, kernels))) + r")\s*\[")
-    lines, pos, line = set(), 0, 1
-    for m in pattern.finditer(index.text):
-        line += index.text.count("\n", pos, m.start())
+    out: dict[str, list[int]] = {}
+    pos, line = 0, 1
+    for m in _SUBSCRIPTED.finditer(text):
+        name = m.group(1)
+        if name not in kernels:
+            continue
+        line += text.count("\n", pos, m.start())
         pos = m.start()
-        lines.add(line)
-    out: dict[str, list] = {}
-    for stmt, fn in index.simple_statements:
-        if not any(stmt.lineno <= ln <= stmt.end_lineno for ln in lines):
+        rows = out.setdefault(name, [])
+        if not rows or rows[-1] != line:
+            rows.append(line)
+    return out
+
+
+def launch_calls(statements, lines: list[int], kernels: set[str]) -> list[tuple[str, ast.Call, ast.AST | None]]:
+    """(kernel name, ``kernel[grid](...)`` call, innermost enclosing function or None) in ``statements``,
+    in line order.
+
+    Only statements spanning one of ``lines`` (ascending) are walked: walking every expression
+    of a large module costs more than the rest of profiling.
+    """
+    out = []
+    for stmt, fn in statements:
+        i = bisect.bisect_left(lines, stmt.lineno)  # a bisection, not a scan of every launch line
+        if i == len(lines) or lines[i] > stmt.end_lineno:
             continue
         for n in ast.walk(stmt):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript):
                 name = dotted(n.func.value)
                 short = name.rsplit(".", 1)[-1] if name else None
                 if short in kernels:
-                    out.setdefault(short, []).append((n, fn))
-    for calls in out.values():
-        calls.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
+                    out.append((short, n, fn))
+    out.sort(key=lambda t: (t[1].lineno, t[1].col_offset))  # in line order: LaunchScopes reads each function once
     return out
 
 
 class ModuleIndex:
-    """One pass over a module's statements: functions, ``from X import y`` names, simple statements."""
+    """One pass over a module's statements: functions, ``from X import y`` names, simple statements.
+
+    ``import_rows`` keeps every ``from X import y`` as (top level?, name, module) in the order the
+    pass meets them (top-level statements first, then nested bodies, depth first from the last
+    statement): ``imports`` is that order applied to a dict, and a module read in blocks
+    (``triton_blocks``) rebuilds the same dict from its blocks' rows.
+    """
 
     def __init__(self, tree: ast.Module, text: str):
         self.text = text
         self.functions: list[ast.AST] = []
         self.imports: dict[str, str] = {}
+        self.import_rows: list[tuple[bool, str, str]] = []
         self.simple_statements: list[tuple[ast.stmt, ast.AST | None]] = []
         stack: list[tuple[list, ast.AST | None]] = [(tree.body, None)]
+        top = True
         while stack:
             body, fn = stack.pop()
             for s in body:
@@ -163,7 +92,9 @@ class ModuleIndex:
                     stack.append((s.body, fn))
                 elif isinstance(s, ast.ImportFrom):
                     for a in s.names:
-                        self.imports[a.asname or a.name] = ("." * s.level) + (s.module or "")
+                        name, module = a.asname or a.name, ("." * s.level) + (s.module or "")
+                        self.imports[name] = module
+                        self.import_rows.append((top, name, module))
                 elif isinstance(s, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
                     for part in ("body", "orelse", "finalbody"):
                         stack.append((getattr(s, part, None) or [], fn))
@@ -174,11 +105,13 @@ class ModuleIndex:
                         stack.append((case.body, fn))
                 else:
                     self.simple_statements.append((s, fn))
+            top = False
         self.functions.sort(key=lambda f: f.lineno)
 
 
-def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], base: Scope, src: Source) -> LaunchSite:
-    scope = scope_before(fn, call.lineno, base, src)
+def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], base: Scope, src: Source,
+                scopes: LaunchScopes | None = None) -> LaunchSite:
+    scope = (scopes or LaunchScopes(base, src)).before(fn, call.lineno)
     grid_node = call.func.slice
     grid_expr = _follow_grid(grid_node, scope)
     grid_text = src.text(grid_expr) if hasattr(grid_expr, "lineno") else src.text(grid_node)

@@ -9,6 +9,7 @@ sets. ``@triton.jit(do_not_specialize=[...])``: those names.
 from __future__ import annotations
 
 import ast
+from collections import ChainMap
 from typing import Any
 
 from skel.miner.profile import TuneConfigs
@@ -47,7 +48,7 @@ def _configs(node: ast.AST, env: dict[str, Any], limit: int = 512) -> list[tuple
             out += _configs(e, env, limit)
         return out[:limit]
     if isinstance(node, ast.ListComp):
-        return _expand(node.elt, list(node.generators), dict(env), limit)
+        return _expand(node.elt, list(node.generators), ChainMap({}, env), limit)
     if isinstance(node, ast.Call) and (call_name(node) or "").endswith("Config"):
         row = []
         table = arg(node, 0, "kwargs")
@@ -70,7 +71,7 @@ def _expand(elt, gens, env, limit) -> list[tuple]:
         return [(("text", ast.unparse(elt)[:_TEXT_CAP]),)]
     out = []
     for v in values:
-        local = dict(env)
+        local = env.new_child()  # a layer, not a copy of the module's names per value
         try:
             _assign(g.target, v, local)
             if not all(evaluate(c, local) for c in g.ifs):

@@ -77,7 +77,7 @@ def _walk_dir(root: str, repo: str, out, errors, seen_files, ancestors: dict) ->
         with os.scandir(root) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        errors.append(WalkError(root, _os_reason(root, exc)))
+        errors.append(WalkError(root, _os_reason(root, exc, is_dir=True)))
         return
     for e in entries:
         if e.name.startswith(".") or e.name in SKIP_DIRS:
@@ -120,12 +120,14 @@ def _repo_of(path: str) -> str:
     """The nearest enclosing folder with a ``.git`` entry, else ``path`` itself."""
     p = Path(path)
     for d in (p, *p.parents):
-        if (d / ".git").exists():
+        if os.path.exists(d / ".git"):  # never raises: a folder we may not read is simply not a checkout
             return str(d)
     return str(p)
 
 
-def _os_reason(path: str, exc: OSError) -> str:
+def _os_reason(path: str, exc: OSError, is_dir: bool = False) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM) and is_dir:
+        return "permission denied: cannot list the directory"
     if exc.errno == errno.ELOOP:
         return "symlink loop: the link resolves to itself"
     if exc.errno == errno.ENOENT:

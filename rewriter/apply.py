@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import os
 import shutil
 import sys
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from skel.catalog.library import Library
+from skel.errors import UsageError
+from skel.miner.sourcefile import SourceText, read_source, read_written, write_source
 from skel.rewriter.base import RewriteOptions
 from skel.rewriter.candidates import Candidate, enumerate_candidates
 from skel.rewriter.targets import TargetBinding
@@ -47,6 +50,7 @@ class ApplyOptions:
     catalog: Path | None = None
     record: bool = True
     preview: bool = False  # also judge the catalog's preview candidates (SKP...): skel.rewriter.preview
+    max_bytes: int | None = None  # a larger target is refused (default: SKEL_MAX_BYTES or 5 MB)
 
 
 @dataclass(frozen=True)
@@ -135,13 +139,34 @@ def match_target(source: str, path: Path, library: Library) -> tuple[Applicabili
     return tuple(out)
 
 
+def read_target_source(target: Path, max_bytes: int | None = None) -> SourceText:
+    """The text of a Triton target; ``UsageError`` naming the file and the problem otherwise
+    (missing, a folder, CUDA, not .py, unreadable, binary, undecodable, too large, empty)."""
+    from skel.miner.walk import language_of
+
+    if not os.path.lexists(target):
+        raise UsageError(f"{target}: no such file")
+    if os.path.isdir(target):
+        raise UsageError(f"{target}: is a directory; skel apply rewrites one kernel file")
+    language = language_of(str(target))
+    if language == "cuda":
+        raise UsageError(f"skel apply rewrites Triton (.py) files; {target} is CUDA: use skel match/mine for CUDA")
+    if language is None:
+        raise UsageError(f"{target}: not a Triton source: skel apply rewrites .py files")
+    src = read_source(str(target), "triton", max_bytes)
+    if not src.text.strip():
+        raise UsageError(f"{target}: empty file: no kernel to rewrite")
+    return src
+
+
 def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
     from skel.rewriter.report import report_path, write_report
     from skel.rewriter.select import choose_winners
     from skel.rewriter.targets import NotRecognised, bind_target, unbound
 
     path = options.target.resolve()
-    source = path.read_text(encoding="utf-8")
+    read = read_target_source(options.target, options.max_bytes)
+    source, encoding = read.text, read.encoding  # candidates and output keep the target's encoding
     try:
         binding = bind_target(path, source, options.harness)
     except NotRecognised:
@@ -168,7 +193,11 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     skipped = [(s.skeletons, s.reason) for s in cset.skipped]
     report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
     work = report_dir / "candidates"  # every candidate file stays beside the report, for a person to read
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{report_dir}: cannot create the report folder ({exc.strerror or exc}); "
+                         "choose another with --report-dir") from None
     # The roofline's rates (copy bandwidth, matmul rate): measured by the first timed candidate's worker and
     # reused by the others, so every "% of roofline" in one report has one denominator.
     machine = None
@@ -177,7 +206,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         """Write the candidate's file (kept beside the report) and run the gate on it, with progress."""
         diff = unified_diff(source, cand.source, path.name)
         cand_path = work / f"candidate_{number:02d}.py"
-        cand_path.write_text(cand.source, encoding="utf-8")
+        write_source(cand_path, cand.source, encoding)
         if options.dry_run:
             return CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
                                     cand.unsafe, diff, cand.params, None, str(cand_path))
@@ -206,7 +235,8 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     if winners and not options.dry_run:
         progress("checking the output file")
         output, out_notes = _write_output(path, source, binding, winners, outcomes, options,
-                                          _dispatch_check(path, binding, shape_set, device, options, work))
+                                          _dispatch_check(path, binding, shape_set, device, options, work, encoding),
+                                          encoding)
         notes += out_notes
         progress(f"wrote {output}")
     elif not perf_measured and not options.dry_run:
@@ -345,7 +375,7 @@ def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress
 
 
 def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options,
-                  check: Callable[[str], str | None] | None = None) -> tuple[Path, list[str]]:
+                  check: Callable[[str], str | None] | None = None, encoding: str = "utf-8") -> tuple[Path, list[str]]:
     """Write the accepted kernel; a dispatch over several winners must itself pass ``check``."""
     from skel.rewriter.dispatch import build_dispatch
 
@@ -353,10 +383,10 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
     chosen = [(bucket, labels[o.label]) for bucket, o in winners]
     notes: list[str] = []
     best = max(chosen, key=lambda bo: sum(1 for _, o in chosen if o.label == bo[1].label))[1]
-    text = Path(best.path).read_text(encoding="utf-8")
+    text = read_written(best.path, encoding)
     if len({o.label for _, o in chosen}) > 1:
         try:
-            dispatch = build_dispatch(source, [(b, Path(o.path).read_text(encoding="utf-8")) for b, o in chosen],
+            dispatch = build_dispatch(source, [(b, read_written(o.path, encoding)) for b, o in chosen],
                                       binding)
             problem = check(dispatch) if check else None
         except ValueError as exc:
@@ -371,21 +401,21 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
     if options.in_place:
         backup = _backup_path(path)
         shutil.copy2(path, backup)
-        path.write_text(text, encoding="utf-8")
+        write_source(path, text, encoding)
         return path, notes
     out = options.output or path.with_name(f"{path.stem}.skel{path.suffix}")
     if out.resolve() == path:
         raise ValueError(f"refusing to overwrite the input {path} without --in-place")
-    out.write_text(text, encoding="utf-8")
+    write_source(out, text, encoding)
     return out, notes
 
 
 def _dispatch_check(target: Path, binding: TargetBinding, shape_set: str, device: str, options: ApplyOptions,
-                    work: Path) -> Callable[[str], str | None]:
+                    work: Path, encoding: str = "utf-8") -> Callable[[str], str | None]:
     """Numerics of an emitted dispatch file at every shape (no timing: its parts were timed)."""
     def check(text: str) -> str | None:
         cand = work / "dispatch.py"
-        cand.write_text(text, encoding="utf-8")
+        write_source(cand, text, encoding)
         result = _gate(binding, target, cand, _shape_arg(shape_set), device, options, bench=False)
         return None if result.accepted else "; ".join(result.reasons[:2]) or "rejected"
 

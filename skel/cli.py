@@ -13,6 +13,7 @@ import json
 import sys
 
 from skel.errors import EXIT_USAGE, UsageError
+from skel.procs import die_with_parent_from_env
 
 # Verb modules, in the order `skel --help` lists them.
 COMMANDS = (
@@ -63,6 +64,7 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent_from_env()  # started by another skel process (the MCP server): go when it goes
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):  # no verb: a usage error, with the help that explains the verbs
@@ -71,15 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        if getattr(args, "json", False):
-            print(json.dumps({"error": str(exc)}))
-        print(f"skel: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(args, str(exc))
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file or folder the verb had to read or write: name it, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _usage_error(args, f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         print("skel: interrupted", file=sys.stderr)
         return 130
+
+
+def _usage_error(args, message: str) -> int:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message}))
+    print(f"skel: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

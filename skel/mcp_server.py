@@ -40,6 +40,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from skel.catalog.library import Library, LibraryError, Skeleton, default_root, load_library
 from skel.errors import UsageError
+from skel.procs import child_env
 
 INSTRUCTIONS = """\
 skel matches optimization skeletons (named, machine-checked GPU kernel transformations) to a
@@ -197,7 +198,7 @@ class SkelTools:
     def _child(self, argv: list[str], verb: str) -> dict:
         """Run ``python -m skel ARGV`` and return its JSON verdict with the exit code."""
         cmd = [sys.executable, "-m", "skel", *argv]
-        env = dict(os.environ)
+        env = child_env()  # the child (and its workers) die with this server, even on SIGKILL
         if self.catalog:
             env["SKEL_CATALOG"] = str(self.catalog)  # the child records into the catalog this server reads
         try:

@@ -16,6 +16,7 @@ profile names by line (the profile carries lines, not expressions for every valu
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -73,6 +74,8 @@ _IF_TEST = re.compile(r"^(?:if|elif)\s+(.+?):\s*(?:#.*)?$")
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][\w\s,\[\]\.]*?)\s*(\+=|-=|\*=|/=|=)(?!=)\s*(.+?)\s*;?\s*$")
 LOAD_CALL = re.compile(r"(?<![\w])(?:tl\.load|__ldg|__ldcs|__ldlu|__ldca|__ldcg)\s*\(")
 _ANNOTATED = re.compile(r"^\s*([A-Za-z_]\w*)\s*:\s*[\w\.\[\], ]+?\s*=(?!=)\s*(.+?)\s*$")
+_TOP_DEF = re.compile(r"^def\s")
+_NAME_EQ = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
 _CPP_DECL = re.compile(r"^\s*((?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+)([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
@@ -85,13 +88,102 @@ class Assign:
     decl: str = ""  # C++ declared type ("float", "const int"), "" for Python
 
 
+class FileText:
+    """A file's text split into lines once, shared by the ``Ctx`` of every kernel in it.
+
+    ``cache`` holds answers that depend on the file only (where functions start, host-side
+    lines of interest), so a detector asks them once per file, not once per kernel: a file
+    with thousands of kernels must not be rescanned for each of them.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines = text.splitlines()
+        self.cache: dict[str, Any] = {}
+
+    @cached_property
+    def _defs_by_indent(self) -> dict[int, list[int]]:
+        """Indentation -> ascending lines whose stripped text starts with ``def ``."""
+        out: dict[int, list[int]] = {}
+        for i, raw in enumerate(self.lines, 1):
+            stripped = raw.strip()
+            if stripped.startswith("def "):
+                out.setdefault(len(raw) - len(raw.lstrip()), []).append(i)
+        return out
+
+    def enclosing_def(self, line: int) -> int | None:
+        """The nearest line above ``line`` holding a ``def`` indented less than ``line`` (None when
+        there is none, e.g. at module level): the function that encloses it, by indentation."""
+        if not (1 <= line <= len(self.lines)):
+            return None
+        raw = self.lines[line - 1]
+        indent = len(raw) - len(raw.lstrip())
+        best = None
+        for level, rows in self._defs_by_indent.items():
+            if level < indent:
+                i = bisect.bisect_left(rows, line) - 1
+                if i >= 0 and (best is None or rows[i] > best):
+                    best = rows[i]
+        return best
+
+    @cached_property
+    def _top_defs(self) -> list[int]:
+        return [i for i, raw in enumerate(self.lines, 1) if _TOP_DEF.match(raw)]
+
+    def top_def_before(self, line: int) -> int:
+        """The last line above ``line`` that starts a module-level ``def`` (0 when there is none)."""
+        i = bisect.bisect_left(self._top_defs, line) - 1
+        return self._top_defs[i] if i >= 0 else 0
+
+    def lines_matching(self, key: str, test: Callable[[str], Any], lo: int, hi: int) -> list[tuple[int, Any]]:
+        """(line, ``test(stripped line)``) for lines in [lo, hi) where the test is truthy (a regex's
+        ``match``/``search``). The file is tested once per ``key``; each call is a bisection, so a
+        function launching thousands of kernels is not rescanned for each of them."""
+        rows = self.cache.get(key)
+        if rows is None:
+            rows = [(i, r) for i, raw in enumerate(self.lines, 1) if (r := test(raw.strip()))]
+            self.cache[key] = rows
+            self.cache[key + ":lines"] = [i for i, _ in rows]
+        at = self.cache[key + ":lines"]
+        return rows[bisect.bisect_left(at, lo):bisect.bisect_left(at, hi)]
+
+    @cached_property
+    def _assign_lines(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, raw in enumerate(self.lines, 1):
+            m = _NAME_EQ.match(raw)
+            if m:
+                out.setdefault(m.group(1), []).append(i)
+        return out
+
+    def assignment_lines(self, name: str, after: int, before: int) -> list[int]:
+        """Lines strictly between ``after`` and ``before`` that start ``name =`` (or ``name ==``:
+        callers match their own pattern on these), nearest to ``before`` first."""
+        rows = self._assign_lines.get(name, [])
+        lo, hi = bisect.bisect_right(rows, after), bisect.bisect_left(rows, before)
+        return rows[lo:hi][::-1]
+
+
+_last_file: FileText | None = None
+
+
+def file_text(text: str) -> FileText:
+    """The ``FileText`` of ``text``; the same object while the same string is passed (kernel after kernel)."""
+    global _last_file
+    cur = _last_file
+    if cur is None or cur.text is not text:  # identity, not equality: comparing two large texts is a scan
+        cur = _last_file = FileText(text)
+    return cur
+
+
 class Ctx:
     """One kernel, its profile and the text of its file, with cached lookups for predicates."""
 
     def __init__(self, profile: KernelProfile, source_text: str):
         self.p = profile
         self.source = source_text
-        self._lines = source_text.splitlines()
+        self.file = file_text(source_text)
+        self._lines = self.file.lines
         self.cache: dict[str, Any] = {}
 
     # -- source text -------------------------------------------------------------------------
@@ -170,6 +262,13 @@ class Ctx:
         With ``through_loads=False`` a loaded value is a leaf: its address arithmetic is not
         part of the value's computation.
         """
+        key = ("_closure", expr, line, depth, through_loads)  # several conditions ask the same question
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = tuple(self._closure(expr, line, depth, through_loads))
+        return list(hit)
+
+    def _closure(self, expr: str, line: int, depth: int, through_loads: bool) -> list[Assign]:
         out: list[Assign] = []
         seen: set[tuple[str, int]] = set()
         frontier = [(n, line) for n in names_in(expr)]

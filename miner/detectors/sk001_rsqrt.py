@@ -40,6 +40,14 @@ def _sqrt_in(ctx: Ctx, denom: str, line: int) -> tuple[str, str] | None:
 
 def _is_reduction(ctx: Ctx, arg: str, line: int) -> str | None:
     """Where the sqrt argument comes from a sum reduction: the evidence, else None."""
+    cache = ctx.cache.setdefault(f"{CODE}:reduction", {})  # three conditions and the candidates ask
+    key = (arg, line)
+    if key not in cache:
+        cache[key] = _reduction_evidence(ctx, arg, line)
+    return cache[key]
+
+
+def _reduction_evidence(ctx: Ctx, arg: str, line: int) -> str | None:
     if REDUCE_CALL.search(arg):
         return arg
     red_lines = {r.line for r in ctx.p.reductions}

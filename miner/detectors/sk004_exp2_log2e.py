@@ -38,8 +38,11 @@ def _host_prescale(ctx: Ctx) -> str | None:
     """A line outside every kernel body that scales by log2(e) (a host-side pre-scale)."""
     cache = ctx.cache.setdefault(CODE, {})
     if "host" not in cache:
-        rows = [(i, t) for i, t in _log2e_lines(ctx.source) if not (ctx.p.line <= i <= ctx.p.end_line) and not _in_kernel(ctx, i)]
-        cache["host"] = f"line {rows[0][0]}: {rows[0][1]}" if rows else None
+        key = f"{CODE}:host:{ctx.p.language}"  # the lines outside every jit function: once per file
+        if key not in ctx.file.cache:
+            ctx.file.cache[key] = [(i, t) for i, t in _log2e_lines(ctx.source) if not _in_kernel(ctx, i)]
+        row = next(((i, t) for i, t in ctx.file.cache[key] if not (ctx.p.line <= i <= ctx.p.end_line)), None)
+        cache["host"] = f"line {row[0]}: {row[1]}" if row else None
     return cache["host"]
 
 
@@ -118,18 +121,20 @@ def _param_in(ctx: Ctx, arg: str, chain) -> bool:
 def _terms(expr: str, sep: str = "+-") -> list[str]:
     """Top-level operands of ``expr`` split at the operators in ``sep`` (unary signs kept)."""
     out, depth, cur = [], 0, ""
+    prev = ""  # the last non-blank character before position i (kept as we go: no rescan per character)
     for i, c in enumerate(expr):
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        prev = expr[:i].rstrip()[-1:] if expr[:i].strip() else ""
         binary = prev and prev not in "(*/+-,=e"
         if depth == 0 and c in sep and binary and not (c == "*" and (expr[i + 1 : i + 2] == "*" or prev == "*")):
             out.append(cur.strip())
             cur = ""
         else:
             cur += c
+        if not c.isspace():
+            prev = c
     out.append(cur.strip())
     return [t for t in out if t]
 

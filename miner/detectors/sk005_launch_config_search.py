@@ -6,6 +6,8 @@ Instance: ``@triton.autotune`` with two or more configs.
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
@@ -13,6 +15,8 @@ from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 CODE = "SK005"
 LANGUAGES = ("triton",)
 ALLOC = re.compile(r"\b(?:torch\.(?:empty|zeros|ones|full)|new_(?:empty|zeros|ones|full)|empty_like|zeros_like)\s*\(")
+ASSIGN_LINE = re.compile(r"^[A-Za-z_][\w, ]*=[^=]")
+WORDS = re.compile(r"\w+")
 TILE = re.compile(r"^(B[A-Z]{1,2}|BLOCK\w*|\w*_BLOCK\w*|TILE\w*|BLOCK_SIZE\w*)$")
 
 
@@ -44,41 +48,87 @@ def _fixed(site) -> dict:
     return out
 
 
-def _allocations(ctx: Ctx, site) -> list[tuple[int, str]]:
-    """Allocation lines in the launching function (torch.empty/zeros/new_empty ...)."""
+def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
+    """Tile names that size a caller-side buffer (directly or through e.g. NT = cdiv(T, BT)).
+
+    In the launching function before the launch: the names computed from the tile (one pass in
+    line order, through an index of the file's assignments by the words on their right) and the
+    first allocation that mentions one of them (an index of allocation lines by word): a function
+    launching thousands of kernels is not re-read for each.
+    """
     from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
 
-    start = _enclosing_function(ctx, site.line)
-    if start is None:
-        return []
-    return [(ln, ctx.text(ln)) for ln in range(start, site.line) if ALLOC.search(ctx.text(ln))]
-
-
-def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
-    """Tile names that size a caller-side buffer (directly or through e.g. NT = cdiv(T, BT))."""
     out = {}
+    start = _enclosing_function(ctx, site.line)
     for name in [k for k in _fixed(site) if k not in ("num_warps", "num_stages")]:
-        names = {name}
-        for ln, t in _assignments_before(ctx, site.line):
-            if re.search(rf"\b({'|'.join(map(re.escape, names))})\b", t.split("=", 1)[1]):
-                names.add(t.split("=", 1)[0].strip().split(",")[0].strip())
-        pat = re.compile(rf"\b({'|'.join(map(re.escape, names))})\b")
-        hit = next(((ln, t) for ln, t in _allocations(ctx, site) if pat.search(t)), None)
+        names = _derived(ctx, name, start or site.line, site.line)
+        hit = _first_allocation(ctx, names, start, site.line) if start is not None else None
         if hit:
-            out[name] = f"line {hit[0]}: {hit[1]}"
+            out[name] = f"line {hit}: {ctx.text(hit)}"
     return out
 
 
-def _assignments_before(ctx: Ctx, line: int) -> list[tuple[int, str]]:
-    from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
+def _index(ctx: Ctx, what: str, pattern: re.Pattern, right_only: bool) -> dict[str, list[int]]:
+    """word -> ascending lines (stripped text matching ``pattern``) where the word stands whole."""
+    key = f"{CODE}:{what}"
+    index = ctx.file.cache.get(key)
+    if index is None:
+        index = {}
+        for ln, _ in ctx.file.lines_matching(f"{CODE}:{what}:lines", pattern.match if right_only else pattern.search,
+                                             1, len(ctx.file.lines) + 1):
+            t = ctx.text(ln)
+            for w in set(WORDS.findall(t.split("=", 1)[1] if right_only else t)):
+                index.setdefault(w, []).append(ln)
+        ctx.file.cache[key] = index
+    return index
 
-    start = _enclosing_function(ctx, line) or line
-    return [(ln, ctx.text(ln)) for ln in range(start, line) if re.match(r"^[A-Za-z_][\w, ]*=[^=]", ctx.text(ln))]
+
+def _derived(ctx: Ctx, name: str, lo: int, hi: int) -> set[str]:
+    """``name`` and every assignment target computed from it on lines [lo, hi), in one pass in line
+    order (a target counts from its own line on)."""
+    index = _index(ctx, "assign", ASSIGN_LINE, True)
+    names, done, heap = {name}, set(), []
+
+    def follow(word: str, after: int) -> None:
+        rows = index.get(word, ())
+        i = bisect.bisect_right(rows, max(after, lo - 1))
+        if i < len(rows) and rows[i] < hi:
+            heapq.heappush(heap, (rows[i], i, word))
+
+    follow(name, lo - 1)
+    while heap:
+        ln, i, word = heapq.heappop(heap)
+        rows = index[word]
+        if i + 1 < len(rows) and rows[i + 1] < hi:
+            heapq.heappush(heap, (rows[i + 1], i + 1, word))
+        if ln in done:
+            continue
+        done.add(ln)
+        target = ctx.text(ln).split("=", 1)[0].strip().split(",")[0].strip()
+        if target not in names:
+            names.add(target)
+            follow(target, ln)
+    return names
+
+
+def _first_allocation(ctx: Ctx, names: set[str], lo: int, hi: int) -> int | None:
+    """The first allocation line in [lo, hi) that mentions one of ``names`` as a whole word."""
+    index = _index(ctx, "alloc", ALLOC, False)
+    best = None
+    for w in names:
+        rows = index.get(w, ())
+        i = bisect.bisect_left(rows, lo)
+        if i < len(rows) and rows[i] < hi and (best is None or rows[i] < best):
+            best = rows[i]
+    return best
 
 
 def _free(ctx: Ctx, site) -> dict:
-    layout = _layout_tiles(ctx, site)
-    return {k: v for k, v in _fixed(site).items() if k not in layout}
+    cache = ctx.cache.setdefault(f"{CODE}:free", {})  # asked by a condition and by candidates
+    if id(site) not in cache:  # the profile's own site objects: alive as long as the context
+        layout = _layout_tiles(ctx, site)
+        cache[id(site)] = {k: v for k, v in _fixed(site).items() if k not in layout}
+    return dict(cache[id(site)])
 
 
 def launch_has_tunable_constexpr(ctx: Ctx) -> Check:

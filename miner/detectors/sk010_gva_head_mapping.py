@@ -34,15 +34,7 @@ def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
 
 def _enclosing_function(ctx: Ctx, line: int) -> int | None:
     """The line of the ``def`` that encloses ``line`` (by indentation), or None."""
-    lines = ctx._lines
-    if not (1 <= line <= len(lines)):
-        return None
-    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
-    for i in range(line - 1, 0, -1):
-        raw = lines[i - 1]
-        if raw.strip().startswith("def ") and len(raw) - len(raw.lstrip()) < indent:
-            return i
-    return None
+    return ctx.file.enclosing_def(line)
 
 
 def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
@@ -57,11 +49,8 @@ def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
         if start is None:
             continue
         passed = " ".join(v for _, v in site.args)
-        for ln in range(start, site.line):
+        for ln, m in ctx.file.lines_matching(f"{CODE}:expand", EXPAND_RE.search, start, site.line):
             t = ctx.text(ln)
-            m = EXPAND_RE.search(t)
-            if not m:
-                continue
             var = m.group(1) or m.group(4)
             if re.search(rf"\b{re.escape(var)}\b", passed):
                 out.append((ln, site.line, var, t))

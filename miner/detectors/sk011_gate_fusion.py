@@ -65,10 +65,7 @@ def _host_sites(ctx: Ctx) -> list[tuple[int, int, str, str]]:
         start = _enclosing_function(ctx, site.line)
         if start is None:
             continue
-        for ln in range(start, site.line):
-            m = HOST_ACT.match(ctx.text(ln))
-            if not m:
-                continue
+        for ln, m in ctx.file.lines_matching(f"{CODE}:host", HOST_ACT.match, start, site.line):
             var = m.group(1)
             params = [p for p, v in site.args if re.search(rf"\b{re.escape(var)}\b", v)]
             if params:

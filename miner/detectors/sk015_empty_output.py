@@ -20,12 +20,10 @@ _META = r"\.(?:shape|dtype|device|stride|numel|dim|ndim|size|is_contiguous|eleme
 
 def _alloc_line(ctx: Ctx, name: str, before: int, kinds: str, new: str) -> int | None:
     pat = re.compile(_ALLOC.format(name=re.escape(name), kinds=kinds, new=new))
-    for ln in range(before - 1, 0, -1):
-        raw = ctx._lines[ln - 1]
-        if pat.match(raw):
+    # the nearest allocation above the launch, no further up than the enclosing module-level def
+    for ln in ctx.file.assignment_lines(name, ctx.file.top_def_before(before), before):
+        if pat.match(ctx._lines[ln - 1]):
             return ln
-        if re.match(r"^def\s", raw):  # the enclosing host function starts here
-            return None
     return None
 
 

@@ -7,6 +7,7 @@ return nothing rather than guess.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable
 
 WORD = re.compile(r"[A-Za-z_]\w*")
@@ -33,10 +34,17 @@ def call_args(text: str, start: int) -> str:
 def find_calls(text: str, names: Iterable[str]) -> list[tuple[str, str]]:
     """Every call ``name(args)`` in ``text`` for the given (possibly dotted) names: (name, args)."""
     out = []
-    for name in names:
-        for m in re.finditer(rf"(?<![\w\.]){re.escape(name)}\s*\(", text):
+    for name, pattern in _call_patterns(tuple(names)):
+        if name not in text:  # most names are absent from a statement: skip the regex
+            continue
+        for m in pattern.finditer(text):
             out.append((name, call_args(text, m.end() - 1)))
     return out
+
+
+@lru_cache(maxsize=256)
+def _call_patterns(names: tuple[str, ...]) -> tuple[tuple[str, re.Pattern], ...]:
+    return tuple((name, re.compile(rf"(?<![\w\.]){re.escape(name)}\s*\(")) for name in names)
 
 
 _OPERAND = re.compile(r"\s*(-?\s*[A-Za-z_][\w\.]*|\d[\w\.]*)")

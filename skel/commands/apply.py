@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from skel.commands.common import add_catalog, add_json, add_library, emit_json
+from skel.commands.common import add_catalog, add_json, add_library, emit_json, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 DESCRIPTION = """\
@@ -20,7 +20,9 @@ all of them behind a dispatch on shape. The input is never overwritten unless --
 performance is reported as not measured: nothing is accepted.
 
 Exit codes: 0 a rewrite was accepted and written; 1 nothing accepted (or dry run with
-candidates); 2 usage or input error."""
+candidates); 2 usage or input error: a missing, unreadable, binary or undecodable target (Python
+sources are decoded per PEP 263: a coding cookie is honoured), a folder, an empty file, a CUDA
+file (apply rewrites Triton; skel match and skel mine read CUDA), a file over --max-bytes."""
 
 
 def register(sub) -> None:
@@ -42,6 +44,8 @@ def register(sub) -> None:
     p.add_argument("--report-dir", type=Path, help="default ./skel-report-<target stem>/")
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds one candidate step may run")
     p.add_argument("--no-record", action="store_true", help="do not store verdicts in the catalog")
+    p.add_argument("--max-bytes", type=positive_int, default=None, metavar="N",
+                   help="refuse a target larger than N bytes (default: $SKEL_MAX_BYTES, else 5000000)")
     p.add_argument("--preview", action="store_true",
                    help="also judge the catalog's preview candidates (SKP..., `skel mine --history/--variants`): "
                    "each alone, unsafe, through the same gate; their verdicts rank and admit them")
@@ -53,10 +57,9 @@ def register(sub) -> None:
 
 def cmd_apply(args) -> int:
     from skel.catalog.library import LibraryError, load_library
-    from skel.rewriter.apply import ApplyOptions, apply, unified_diff
+    from skel.rewriter.apply import ApplyOptions, apply, read_target_source
 
-    if not args.target.is_file():
-        raise UsageError(f"target {args.target} is not a file")
+    read_target_source(args.target, args.max_bytes)  # a UsageError naming the file unless it is a readable Triton source
     if args.in_place and args.output:
         raise UsageError("--in-place and --output exclude each other")
     if args.output and args.output.resolve() == args.target.resolve():
@@ -78,7 +81,7 @@ def cmd_apply(args) -> int:
         allow_unsafe=args.unsafe, dry_run=args.dry_run, shapes=args.shapes, harness=args.harness,
         device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
         report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
-        preview=args.preview,
+        preview=args.preview, max_bytes=args.max_bytes,
     )
     result = apply(options, library)
     if args.json:

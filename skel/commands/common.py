@@ -30,6 +30,17 @@ def add_library(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def emit_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=_default)
     sys.stdout.write("\n")

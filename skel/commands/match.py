@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from skel.commands.common import add_json, add_library, emit_json
+from skel.commands.common import add_json, add_library, emit_json, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK
 
 EPILOG = """\
@@ -14,7 +14,9 @@ in words. The file is parsed, never imported or run.
 
 Exit status: 0 when no skeleton applies to any kernel (or the file has no kernel),
 1 when at least one skeleton applies (there is something to do), 2 for an input error
-(missing, unreadable, binary or non-UTF-8 file, syntax error, unknown --skeleton).
+(missing, unreadable, binary or undecodable file, a FIFO or device, a file over --max-bytes,
+syntax error, unknown --skeleton). Python files are decoded per PEP 263 (a coding cookie is
+honoured); CUDA files as UTF-8.
 
 --json prints {"kernels": [{"name", "line", "language", "applicable": [{"skeleton",
 "conditions": [{"id", "detail"}], "sites", "used_at"}], "not_applicable": [{"skeleton",
@@ -31,6 +33,8 @@ def register(sub) -> None:
     )
     p.add_argument("target", metavar="TARGET", help="a kernel file (.py with Triton kernels, or CUDA)")
     p.add_argument("--skeleton", metavar="CODE", help="evaluate only this skeleton (e.g. SK001)")
+    p.add_argument("--max-bytes", type=positive_int, default=None, metavar="N",
+                   help="refuse a file larger than N bytes (default: $SKEL_MAX_BYTES, else 5000000)")
     add_json(p)
     add_library(p)
     p.set_defaults(func=handler)
@@ -48,7 +52,7 @@ def handler(args) -> int:
             library = load_library(args.library)
         except LibraryError as exc:
             raise UsageError(f"--library {args.library}: {exc}") from None
-    report = match_file(args.target, skeleton=args.skeleton, library=library)
+    report = match_file(args.target, skeleton=args.skeleton, library=library, max_bytes=args.max_bytes)
     if args.json:
         emit_json(report.to_json())
     else:

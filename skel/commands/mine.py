@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from skel.commands.common import add_catalog, add_json, emit_json
+from skel.commands.common import add_catalog, add_json, emit_json, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 EPILOG = """\
@@ -19,9 +19,13 @@ parsed, never imported or run.
 Incremental: a file whose content (and the miner itself) is unchanged since the last run
 is not parsed again; its recorded findings are reused. --force re-parses everything.
 
-Bad input (syntax errors, non-UTF-8 or binary files, empty files named on the command
-line, files over --max-bytes, unreadable files, broken links, symlink loops, paths that
-do not exist) is listed under errors with a reason; the run goes on.
+Python files are decoded as Python decodes them (PEP 263: a coding cookie such as
+`# -*- coding: latin-1 -*-` is honoured), CUDA files as UTF-8. Bad input (syntax errors,
+undecodable or binary files, empty files named on the command line, files over
+--max-bytes or $SKEL_MAX_BYTES (default 5 MB; a larger file is never read), unreadable
+files and folders, broken links, symlink loops, paths that do not exist) is listed under
+errors with a reason; the run goes on. Workers die with skel mine, even when it is killed
+with SIGKILL.
 
 Exit status: 0 when every input was read (whatever it found: mining is not a check;
 `skel match` gives a verdict on one file); 1 when some inputs could not be mined: each is
@@ -67,12 +71,12 @@ def register(sub) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (git checkouts included)")
     add_json(p)
     add_catalog(p)
-    p.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--jobs", "-j", type=positive_int, default=None, metavar="N",
                    help="worker processes for parsing (default: the number of CPUs)")
     p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
     p.add_argument("--force", action="store_true", help="re-parse files even when unchanged since the last run")
-    p.add_argument("--max-bytes", type=_positive_int, default=None, metavar="N",
-                   help="skip files larger than N bytes (default: 5000000)")
+    p.add_argument("--max-bytes", type=positive_int, default=None, metavar="N",
+                   help="skip files larger than N bytes (default: $SKEL_MAX_BYTES, else 5000000)")
     h = p.add_argument_group("history and variant mining")
     h.add_argument("--history", action="store_true",
                    help="mine the git history of PATH (a checkout or bare repository) into candidate skeletons")
@@ -80,26 +84,16 @@ def register(sub) -> None:
                    help="align kernels implementing the same op across PATHs (reference first) and mine their differences")
     h.add_argument("--under", action="append", default=[], metavar="DIR",
                    help="only kernel files under DIR (relative to the repository top; repeatable)")
-    h.add_argument("--max-commits", type=_positive_int, default=None, metavar="N",
+    h.add_argument("--max-commits", type=positive_int, default=None, metavar="N",
                    help="on the first run, only the newest N commits")
-    h.add_argument("--min-support", type=_positive_int, default=2, metavar="N",
+    h.add_argument("--min-support", type=positive_int, default=2, metavar="N",
                    help="a pattern needs N distinct (commit, kernel) occurrences (default 2)")
     h.add_argument("--rev", default="HEAD", help="history up to this revision (default HEAD)")
     p.set_defaults(func=handler)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def handler(args) -> int:
-    from skel.miner.mine import MAX_BYTES, mine
+    from skel.miner.mine import mine
 
     if not args.paths:
         raise UsageError("skel mine: give at least one PATH")
@@ -112,7 +106,7 @@ def handler(args) -> int:
     progress = None if args.no_progress else Progress(sys.stderr)
     try:
         report = mine(args.paths, catalog=args.catalog, jobs=args.jobs, force=args.force,
-                      max_bytes=args.max_bytes or MAX_BYTES, progress=progress)
+                      max_bytes=args.max_bytes, progress=progress)
     finally:
         if progress:
             progress.close()

@@ -1,0 +1,167 @@
+"""The module-level half of the Triton frontend: what the whole file says about its kernels.
+
+The file is read in blocks (``triton_blocks``), twice at most:
+
+1. ``Outline``: every block once, in order: ``from X import y`` names, the module's top-level
+   values (``module_scope``), and every function decorated as a jit kernel, with its parameters.
+2. ``sweep``: the blocks that hold a kernel or may launch one, in order: the launch sites found
+   there, and each kernel's profile as soon as every block that may launch it has been seen.
+   A kernel's tree is held until then; when too many wait (all launches at the end of a huge
+   file), the oldest are dropped and their blocks parsed again at the end.
+
+Every step is linear in the file: no per-kernel or per-statement rescan of the module.
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+from dataclasses import dataclass
+from typing import Callable
+
+from skel.miner.profile import KernelProfile, LaunchSite, Param
+from skel.miner.pyexpr import Source, dotted
+from skel.miner.triton_blocks import ModuleBlocks, Resplit
+from skel.miner.triton_launch import ModuleIndex, launch_calls, launch_lines, launch_site
+from skel.miner.triton_scan import LaunchScopes, module_scope
+from skel.miner.triton_scope import Scope
+
+JIT_NAMES = ("triton.jit", "tl.jit", "triton.language.jit")
+MAX_WAITING_LINES = 50_000  # source lines of kernel trees held while their launches are still ahead
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A function with a jit decorator, as pass 1 saw it (no tree: the block may be dropped)."""
+
+    block: int
+    line: int  # of the ``def``
+    name: str
+    params: tuple[Param, ...]
+    decorators: tuple[str, ...]  # dotted names of the decorators
+
+
+def params_of(fn, src: Source) -> tuple[Param, ...]:
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    rows = list(zip(positional, defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
+    out = []
+    for p, default in rows:
+        ann = src.text(p.annotation) if p.annotation is not None else None
+        out.append(Param(p.arg, ann, bool(ann) and ann.replace(" ", "").endswith("constexpr"),
+                         None if default is None else src.text(default)))
+    return tuple(out)
+
+
+def decorator_names(fn) -> tuple[str, ...]:
+    return tuple(dotted(d.func if isinstance(d, ast.Call) else d) or "" for d in fn.decorator_list)
+
+
+def is_jit(decorators: tuple[str, ...], imports: dict[str, str]) -> bool:
+    """``@triton.jit`` (also ``tl.jit``, called or not), or a bare ``@jit`` imported from triton."""
+    return any(n in JIT_NAMES or (n == "jit" and imports.get("jit", "triton").startswith("triton"))
+               for n in decorators)
+
+
+class Outline:
+    """Pass 1 over every block: imports, the module scope, the jit kernels (sorted by line)."""
+
+    def __init__(self, blocks: ModuleBlocks, src: Source):
+        while True:
+            try:
+                self._read(blocks, src)
+                return
+            except Resplit:  # the module is one block now: read it again
+                continue
+
+    def _read(self, blocks: ModuleBlocks, src: Source) -> None:
+        self.base = Scope()
+        top: list[tuple[str, str]] = []
+        nested: list[list[tuple[str, str]]] = []
+        candidates: list[KernelDef] = []
+        for i, tree in blocks.parse_all():
+            index = ModuleIndex(tree, blocks.text)
+            module_scope(tree, src, self.base)
+            top += [(n, m) for t, n, m in index.import_rows if t]
+            nested.append([(n, m) for t, n, m in index.import_rows if not t])
+            for fn in index.functions:
+                names = decorator_names(fn)
+                if any(n in JIT_NAMES or n == "jit" for n in names):
+                    candidates.append(KernelDef(i, fn.lineno, fn.name, params_of(fn, src), names))
+        # One module's pass meets its top-level imports first, then nested bodies depth first from
+        # the last statement back: the same order over the blocks gives the same dict.
+        self.imports: dict[str, str] = {}
+        for n, m in top:
+            self.imports[n] = m
+        for rows in reversed(nested):
+            for n, m in rows:
+                self.imports[n] = m
+        self.kernels = sorted((k for k in candidates if is_jit(k.decorators, self.imports)), key=lambda k: k.line)
+
+
+ProfileKernel = Callable[[ast.AST, tuple[LaunchSite, ...]], KernelProfile]
+
+
+def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[KernelDef], all_names: set[str],
+          profile: ProfileKernel) -> list[KernelProfile]:
+    """Pass 2: the profiles of ``kernels`` (launch sites included), in no particular order."""
+    names = {k.name for k in kernels}
+    by_name: dict[str, list[KernelDef]] = {}
+    for k in kernels:
+        by_name.setdefault(k.name, []).append(k)
+    # Lines where the text shows ``name[``, for the kernels wanted (``all_names`` decides what a
+    # launch is: a name shadowing another kernel's is still that kernel's launch).
+    per_name = {n: rows for n, rows in launch_lines(blocks.text, all_names).items() if n in names}
+    lines = sorted({ln for rows in per_name.values() for ln in rows})
+    firsts = [sp.first_line for sp in blocks.spans]
+
+    def block_of(line: int) -> int:
+        return bisect.bisect_right(firsts, line) - 1
+
+    last_launch = {n: max(block_of(ln) for ln in rows) for n, rows in per_name.items()}
+    launch_blocks = {block_of(ln) for ln in lines}
+    defs_in: dict[int, list[KernelDef]] = {}
+    for k in kernels:
+        defs_in.setdefault(k.block, []).append(k)
+    sites: dict[int, list[tuple[tuple[int, int], LaunchSite]]] = {k.line: [] for k in kernels}
+    waiting: dict[int, tuple[KernelDef, ast.AST | None]] = {}  # def line -> (kernel, its tree or None)
+    held = 0
+    out: list[KernelProfile] = []
+    scopes = LaunchScopes(outline.base, src)  # one reading per launching function, shared by its launches
+
+    def finish(k: KernelDef, fn) -> None:
+        out.append(profile(fn, tuple(s for _, s in sorted(sites.pop(k.line), key=lambda t: t[0]))))
+
+    for i in sorted(launch_blocks | set(defs_in)):
+        tree = blocks.tree(i)
+        index = ModuleIndex(tree, blocks.text)
+        if i in launch_blocks:
+            for name, call, fn in launch_calls(index.simple_statements, lines, all_names):
+                for k in by_name.get(name, ()):
+                    sites[k.line].append(((call.lineno, call.col_offset),
+                                          launch_site(call, fn, k.params, outline.base, src, scopes)))
+        if i in defs_in:
+            fns = {fn.lineno: fn for fn in index.functions}
+            for k in defs_in[i]:
+                waiting[k.line] = (k, fns[k.line])
+                held += fns[k.line].end_lineno - k.line + 1
+        for line, (k, fn) in list(waiting.items()):
+            # every block that may launch it has been read (a dropped tree waits for the end)
+            if fn is not None and last_launch.get(k.name, -1) <= i:
+                del waiting[line]
+                held -= fn.end_lineno - k.line + 1
+                finish(k, fn)
+        for line, (k, fn) in waiting.items():  # too much held: drop the oldest trees
+            if held <= MAX_WAITING_LINES:
+                break
+            if fn is not None:
+                waiting[line] = (k, None)
+                held -= fn.end_lineno - k.line + 1
+    for block in sorted({k.block for k, fn in waiting.values() if fn is None}):
+        fns = {fn.lineno: fn for fn in ModuleIndex(blocks.tree(block), blocks.text).functions}
+        for line, (k, fn) in list(waiting.items()):
+            if k.block == block and fn is None:
+                waiting[line] = (k, fns[line])
+    for k, fn in waiting.values():
+        finish(k, fn)
+    return out
