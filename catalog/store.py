@@ -264,14 +264,14 @@ class Catalog(HistoryStore, QueryStore):
                 (source.repo, source.path, source.content_hash, source.mtime, source.size,
                  source.mined_at or _now(), source.error),
             ).lastrowid
-            kernel_ids: list[tuple[str, int, int, int]] = []
+            kernel_ids: dict[str, list[tuple[int, int, int]]] = {}  # by name: one lookup per finding
             for k in kernels:
                 kid = self._conn.execute(
                     "INSERT INTO kernels(source_id, name, language, line, end_line, profile_json) VALUES (?, ?, ?, ?, ?, ?)",
                     (source_id, k.name, k.language, k.line, k.end_line,
                      _dumps(k.to_json(), f"{where}:{k.line}: profile of kernel {k.name}")),
                 ).lastrowid
-                kernel_ids.append((k.name, k.line, k.end_line, kid))
+                kernel_ids.setdefault(k.name, []).append((k.line, k.end_line, kid))
             for f in findings:
                 self._conn.execute(
                     "INSERT INTO findings(skeleton, kind, source_id, kernel_id, path, line, end_line, kernel, params_json) "
@@ -397,12 +397,12 @@ def _inspect(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _kernel_id(kernel_ids: list[tuple[str, int, int, int]], f: Finding) -> int | None:
+def _kernel_id(kernel_ids: dict[str, list[tuple[int, int, int]]], f: Finding) -> int | None:
     """The recorded kernel a finding lies in: same name, and its line inside the kernel when names repeat.
 
     None when the finding names no recorded kernel (the name column still says which).
     """
-    named = [k for k in kernel_ids if k[0] == f.kernel]
-    inside = [k for k in named if k[1] <= f.line <= k[2]]
+    named = kernel_ids.get(f.kernel, [])
+    inside = [k for k in named if k[0] <= f.line <= k[1]]
     chosen = inside or named
-    return chosen[0][3] if chosen else None
+    return chosen[0][2] if chosen else None
