@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Callable
 
-from skel.commands.common import emit_json, warn
+from skel.commands.common import emit_json, positive_int, warn
 from skel.errors import EXIT_FINDINGS, EXIT_OK
 
 DESCRIPTION = """\
@@ -30,21 +30,11 @@ code is 1. --json prints the same (trimmed) content as data, with "tokens" and "
 Exit codes: 0 brief printed, 1 budget too small, 2 unusable input."""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def add_parser(verbs, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = verbs.add_parser("prompt", help="a Markdown brief for a coding agent: applicable skeletons with evidence",
                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", help="kernel file (Triton .py or CUDA .cu/.cuh), as it should appear in the brief")
-    p.add_argument("--budget", type=_positive, metavar="TOKENS",
+    p.add_argument("--budget", type=positive_int, metavar="TOKENS",
                    help="keep the brief under TOKENS (estimated as ceil(chars / 4))")
     common(p)
     p.set_defaults(func=cmd_prompt)
