@@ -154,19 +154,23 @@ class HistoryStore:
         with self.transaction():
             if forget:
                 self._conn.execute("DELETE FROM history_edits WHERE repo = ?", (repo,))
-            self._conn.execute(
-                "INSERT INTO history_repos(repo, head, commits, mined_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, "
-                "commits = CASE WHEN ? THEN excluded.commits ELSE history_repos.commits + excluded.commits END, "
-                "mined_at = excluded.mined_at",
-                (repo, head, commits, _now(), 1 if reset else 0),
-            )
+            self._move_head(repo, head, commits, reset)
             self._conn.execute("DELETE FROM meta WHERE key = ?", (PROGRESS_KEY.format(repo=repo),))
             self._set_meta(STALE_KEY, "1")
 
     def candidates_stale(self) -> bool:
         """True when edits changed after the candidates were last distilled (a run stopped in between)."""
         return bool(self._q("SELECT 1 FROM meta WHERE key = ?", (STALE_KEY,)))
+
+    def _move_head(self, repo: str, head: str, commits: int, reset: bool) -> None:
+        """``repo``'s head is now ``head``; its commit count grows by ``commits`` (or is ``commits`` on ``reset``)."""
+        self._conn.execute(
+            "INSERT INTO history_repos(repo, head, commits, mined_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, "
+            "commits = CASE WHEN ? THEN excluded.commits ELSE history_repos.commits + excluded.commits END, "
+            "mined_at = excluded.mined_at",
+            (repo, head, commits, _now(), 1 if reset else 0),
+        )
 
     def _set_meta(self, key: str, value: str) -> None:
         self._conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = "
@@ -191,13 +195,7 @@ class HistoryStore:
         with self.transaction():
             if reset:
                 self._conn.execute("DELETE FROM history_edits WHERE repo = ?", (repo,))
-            self._conn.execute(
-                "INSERT INTO history_repos(repo, head, commits, mined_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(repo) DO UPDATE SET head = excluded.head, "
-                "commits = CASE WHEN ? THEN excluded.commits ELSE history_repos.commits + excluded.commits END, "
-                "mined_at = excluded.mined_at",
-                (repo, head, commits, _now(), 1 if reset else 0),
-            )
+            self._move_head(repo, head, commits, reset)
             self._insert_edits(mined)
             self._set_meta(STALE_KEY, "1")
 

@@ -98,22 +98,23 @@ def test_history_killed_mid_run_resumes_and_ends_as_an_uninterrupted_run(repo, t
     assert history_state(db) == history_state(whole), "a further run has nothing to do"
 
 
-def test_history_killed_on_an_older_head_resumes_then_walks_on(repo, tmp_path):
+def _killed_then_resumed_equals_uninterrupted(repo: Path, tmp_path: Path, after: int, *extra: str) -> None:
+    """A run killed after ``after`` commits (with ``extra`` arguments), then a plain run, ends where one
+    uninterrupted plain run ends."""
     whole = tmp_path / "whole.sqlite"
     assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
     db = tmp_path / "killed.sqlite"
-    kill_mid_history(db, repo, 3, "--rev", "HEAD~2")
+    kill_mid_history(db, repo, after, *extra)
     assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
     assert history_state(db) == history_state(whole)
+
+
+def test_history_killed_on_an_older_head_resumes_then_walks_on(repo, tmp_path):
+    _killed_then_resumed_equals_uninterrupted(repo, tmp_path, 3, "--rev", "HEAD~2")
 
 
 def test_history_killed_after_every_commit_before_distilling_redistils(repo, tmp_path):
-    whole = tmp_path / "whole.sqlite"
-    assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
-    db = tmp_path / "killed.sqlite"
-    kill_mid_history(db, repo, len(hr.STEPS))  # every commit recorded, killed before the head moved
-    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
-    assert history_state(db) == history_state(whole)
+    _killed_then_resumed_equals_uninterrupted(repo, tmp_path, len(hr.STEPS))  # every commit recorded, killed before the head moved
 
 
 class _Terminal(StringIO):
@@ -142,15 +143,8 @@ def test_history_progress_shows_done_total_rate_and_eta():
     assert log.getvalue().count("\n") == 1 and "5/20 commits" in log.getvalue()
 
 
-
-
 def test_a_stopped_run_is_not_resumed_under_other_paths(repo, tmp_path):
-    whole = tmp_path / "whole.sqlite"
-    assert main(["mine", "--history", str(repo), "--catalog", str(whole), "--no-progress"]) == 0
-    db = tmp_path / "killed.sqlite"
-    kill_mid_history(db, repo, 2, "--under", "ops")
-    assert main(["mine", "--history", str(repo), "--catalog", str(db), "--no-progress"]) == 0
-    assert history_state(db) == history_state(whole)
+    _killed_then_resumed_equals_uninterrupted(repo, tmp_path, 2, "--under", "ops")
 
 
 def test_force_over_a_walk_with_no_commit_forgets_the_old_edits(repo, tmp_path):
