@@ -112,7 +112,8 @@ class Role:
         if self.device == "cpu":
             from skel.validate.interpret import late_bind_aliases
 
-            self.rebound = late_bind_aliases(module)
+            for line in late_bind_aliases(module):  # for the worker's log: what the interpreter was helped with
+                print(f"late-bound alias {line}", flush=True)
 
     # -- tensors --------------------------------------------------------------------------------------
     def hand_over(self, named: list[tuple[str, Any]]) -> list[dict]:
