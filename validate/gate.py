@@ -183,6 +183,8 @@ class _Judgement:
     misconduct: list[str] = field(default_factory=list)
     machine: object = None
     isolation: dict | None = None
+    calibrated: dict[str, dict] = field(default_factory=dict)  # shape -> dtype -> Tolerance (self-oracle specs)
+    notes: list[str] = field(default_factory=list)
 
     def run(self) -> None:
         from skel.validate.roles import Deadline, OracleClient, OracleFailed
@@ -256,6 +258,8 @@ class _Judgement:
             for shape in self.shape_list:
                 judge = ShapeJudge(info, shape, self.dtype, oracle, client)
                 numerics = judge.run(self.seeds)
+                self.calibrated[shape.label] = judge.calibrated
+                self.notes += [n for n in judge.notes if n not in self.notes]
                 if judge.original_failure:
                     self.error = f"{shape.label}: {judge.original_failure}"
                     return
@@ -282,7 +286,8 @@ class _Judgement:
             nbytes, nflops = roofline[shape.label]
             try:
                 perf: PerfResult | None = time_shape(oracle.worker, worker, self.info, shape, self.dtype, self.machine,
-                                                     req.bench, nbytes, nflops, req.time_limit, oracle.deadline.left())
+                                                     req.bench, nbytes, nflops, req.time_limit, oracle.deadline.left(),
+                                                     self.calibrated.get(shape.label))
                 note = ""
             except NotMeasured as exc:
                 perf, note = None, f"not measured: {exc}"
@@ -320,7 +325,7 @@ class _Judgement:
             accepted=not reasons, reasons=tuple(reasons), shapes=shapes_out, family=self.info.family if self.info else "?",
             target=str(req.kernel), candidate=str(req.candidate), dtype=self.dtype, device=req.device,
             shape_set=self.set_name, seeds=self.seeds, error=self.error, machine=measured or req.machine,
-            isolation=self.isolation,
+            isolation=self.isolation, oracle=self.info.oracle if self.info else "reference", notes=tuple(self.notes),
         )
 
 

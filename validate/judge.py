@@ -59,6 +59,9 @@ class ShapeJudge:
         self.worst: dict[str, _Worst] = {}
         self.out_dtypes: dict[str, str] = {}
         self._previous: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._case_tol: dict[str, Tolerance] = {}  # without a reference: this seed's calibrated tolerances
+        self.calibrated: dict[str, Tolerance] = {}  # ... and the loosest over the seeds, by output dtype
+        self.notes: list[str] = []
 
     def run(self, seeds: tuple[int, ...]) -> NumericsResult:
         for seed in seeds:
@@ -76,7 +79,9 @@ class ShapeJudge:
         if case.original_failure:
             self.original_failure = f"the original kernel {case.original_failure} at seed {seed}"
             return False
-        for name in spec.outputs + spec.inplace:
+        if spec.oracle == "original":
+            self._calibrate(case)
+        for name in spec.compared_outputs + spec.inplace:
             if name in spec.checks:
                 continue
             base, ref = case.base.get(name), case.ref.get(name)
@@ -88,7 +93,7 @@ class ShapeJudge:
             cmp = None if bad else compare(base, ref, self._tol(name))
             if bad or not cmp.passed:
                 self.original_failure = (
-                    f"the original kernel fails the float64 reference at seed {seed}: "
+                    f"the original kernel fails {self._oracle} at seed {seed}: "
                     + (bad or f"'{name}' {cmp.detail}")
                 )
                 return False
@@ -107,7 +112,7 @@ class ShapeJudge:
         fail = lambda text: self.failures.append(f"seed {seed}: {text}")  # noqa: E731
         for line in modified_inputs(case.tensors, call.args, spec.inplace) + call.aliased:
             fail(f"the candidate {line}")
-        for name in spec.outputs + spec.inplace:
+        for name in spec.compared_outputs + spec.inplace:
             got = call.outputs.get(name) if name in spec.outputs else call.args.get(name)
             w = self._worst(name)
             if got is None:
@@ -142,12 +147,12 @@ class ShapeJudge:
                 fail(cheat)
             elif not cmp.passed:
                 w.passed = False
-                fail(f"'{name}' against the float64 reference: {cmp.detail}")
+                fail(f"'{name}' against {self._oracle}: {cmp.detail}")
             elif not diff.passed and cmp.rel_rms >= (w.original_rel_rms or 0.0):
                 # Differing from the original is fine only when the candidate is the more accurate.
                 w.passed = False
                 fail(f"'{name}' differs from the original kernel and is no closer to the reference: {diff.detail}")
-        for name in spec.outputs:
+        for name in spec.compared_outputs:
             if name in call.outputs and name in case.ref:
                 self._previous[name] = (call.outputs[name], case.ref[name])
         return len(self.failures) == before
@@ -179,14 +184,36 @@ class ShapeJudge:
             if w.rel_rms > limit:
                 w.passed = False
                 self.failures.append(
-                    f"precision downgrade: '{name}' has rel-RMS error {w.rel_rms:.2e} against the float64"
-                    f" reference, {w.rel_rms / max(w.original_rel_rms, 1e-300):.0f}x the original kernel's"
+                    f"precision downgrade: '{name}' has rel-RMS error {w.rel_rms:.2e} against"
+                    f" {self._oracle}, {w.rel_rms / max(w.original_rel_rms, 1e-300):.0f}x the original kernel's"
                     f" {w.original_rel_rms:.2e} (more than {PRECISION_RATIO:g}x is rejected even inside the"
                     f" tolerance {self._tol(name).rel_rms:.0e})"
                 )
 
     # -- helpers ----------------------------------------------------------------------------
+    @property
+    def _oracle(self) -> str:
+        return "the float64 reference" if self.spec.oracle == "reference" else "the original kernel's upcast run"
+
+    def _calibrate(self, case: Case) -> None:
+        """Without a reference the original's own runs are the oracle (``calibrate``): its upcast run is the
+        reference where there is one, and each output's accepted error is measured from this case."""
+        from skel.validate.calibrate import calibrated
+
+        if case.note and case.note not in self.notes:
+            self.notes.append(case.note)
+        for name, base in case.base.items():
+            case.ref.setdefault(name, base)
+            tol = calibrated(base, case.ref[name], case.pert.get(name))
+            self._case_tol[name] = tol
+            key = dtype_name(base.dtype)
+            old = self.calibrated.get(key)
+            self.calibrated[key] = tol if old is None else Tolerance(max(old.rel_rms, tol.rel_rms),
+                                                                    max(old.max_abs, tol.max_abs))
+
     def _tol(self, name: str) -> Tolerance:
+        if self.spec.oracle == "original":
+            return self._case_tol.get(name) or Tolerance(0.0, 0.0)
         return self.spec.tolerance(self.out_dtypes.get(name, "float32"))
 
     def _worst(self, name: str) -> _Worst:

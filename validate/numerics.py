@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from skel.validate.spec import Tolerance
+from skel.validate.spec import Tolerance, passed_over
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,12 @@ def run_call(fn: Callable, args: dict[str, Any], outputs: tuple[str, ...], inpla
         raise CallFailed(f"raised {describe_exception(exc, source)}") from None
     values = (ret,) if len(outputs) == 1 and isinstance(ret, torch.Tensor) else ret
     if not isinstance(values, (tuple, list)) or len(values) != len(outputs) or not all(
-        isinstance(v, torch.Tensor) for v in values
+        isinstance(v, torch.Tensor) for n, v in zip(outputs, values) if not passed_over(n)
     ):
-        raise CallFailed(f"returned {_kind(ret)}; expected {len(outputs)} tensor(s) ({', '.join(outputs)})")
-    result = CallResult(dict(zip(outputs, values)))
+        raise CallFailed(f"returned {_kind(ret)}; expected {len(outputs)} value(s) ({', '.join(outputs)})")
+    pairs = [(n, v) for n, v in zip(outputs, values) if not passed_over(n)]
+    outputs, values = tuple(n for n, _ in pairs), tuple(v for _, v in pairs)
+    result = CallResult(dict(pairs))
     for name in inplace:
         result.outputs[name] = args[name]
     # Returning an in-place input (an updated state handed back) is legitimate; returning any

@@ -100,6 +100,8 @@ class GateResult:
     error: str | None = None
     machine: object | None = None  # bench.Machine the roofline used (None: nothing was timed)
     isolation: dict | None = None  # sandbox.Isolation of the candidate's worker, as a dict (summary: one line)
+    oracle: str = "reference"  # "reference" (the spec's float64 reference) or "original" (calibrated self-oracle)
+    notes: tuple[str, ...] = ()  # what the gate assumed or could not do (not reasons to reject)
 
     @property
     def faster_at(self) -> tuple[str, ...]:

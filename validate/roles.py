@@ -29,6 +29,8 @@ class Case:
     ref: dict[str, Any]
     base: dict[str, Any] = field(default_factory=dict)
     original_failure: str | None = None
+    pert: dict[str, Any] = field(default_factory=dict)  # without a reference: the original one ulp away
+    note: str = ""
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -85,7 +87,7 @@ class OracleClient:
         reply = self.ask({"op": "case", "shape": shape.label, "dtype": dtype, "seed": seed}, doing)
         groups = _split(self.worker.fetch(reply, self.deadline.left(), doing))
         return Case(groups.get("in", {}), reply.get("values", {}), groups.get("ref", {}), groups.get("base", {}),
-                    reply.get("original_failure"))
+                    reply.get("original_failure"), groups.get("pert", {}), str(reply.get("upcast_note", "")))
 
     def check(self, name: str, got: Any) -> str | None:
         descriptor, new, fds = self.worker.upload({"got": got})

@@ -84,8 +84,12 @@ class TargetSpec:
     make_inputs(shape, dtype, seed, device) -> {name: tensor or python scalar}: fresh inputs with
         realistic value ranges; the keys are the launcher's keyword arguments.
     reference(**inputs) -> {name: float64 tensor}: every name in ``outputs`` and ``inplace``
-        (for an in-place input, its value after the call). Must not modify its inputs.
-    outputs: names of the launcher's return values, in order (one name: a bare tensor).
+        (for an in-place input, its value after the call). Must not modify its inputs. None: no
+        reference; the original kernel is the oracle, its accepted error calibrated from its own
+        sensitivity (``calibrate``), and ``tolerances`` are not used.
+    outputs: names of the launcher's return values, in order (one name: a bare tensor); a name
+        starting with "_" is passed over (not compared; may be None or a plain value, e.g. a tile
+        size a launcher returns, or an input it hands back).
     inplace: inputs the kernel legitimately updates; compared after the call like outputs.
     shape_sets: at least "ci" (tiny, for the interpreter) and "decode" (realistic sizes).
     tolerances: by the *output's* dtype name ("bfloat16", "float32", ...).
@@ -99,7 +103,7 @@ class TargetSpec:
     family: str
     entry: str
     make_inputs: Callable[..., dict[str, Any]]
-    reference: Callable[..., dict[str, "torch.Tensor"]]
+    reference: Callable[..., dict[str, "torch.Tensor"]] | None
     outputs: tuple[str, ...]
     inplace: tuple[str, ...]
     shape_sets: Mapping[str, tuple[Shape, ...]]
@@ -115,8 +119,12 @@ class TargetSpec:
         missing = {"ci", "decode"} - set(self.shape_sets)
         if missing:
             raise ValueError(f"TargetSpec {self.family}: shape_sets lacks {sorted(missing)}")
-        if not self.outputs:
+        if not self.compared_outputs and not self.inplace:
             raise ValueError(f"TargetSpec {self.family}: no outputs declared")
+
+    @property
+    def compared_outputs(self) -> tuple[str, ...]:
+        return tuple(n for n in self.outputs if not passed_over(n))
 
     def tolerance(self, dtype_name: str) -> Tolerance:
         return _tolerance(self.family, self.tolerances, dtype_name)
@@ -126,7 +134,13 @@ class TargetSpec:
 
     def info(self) -> "SpecInfo":
         return SpecInfo(self.family, self.entry, self.outputs, self.inplace, dict(self.shape_sets),
-                        dict(self.tolerances), self.dtypes, tuple(self.checks), self.description, self.dims)
+                        dict(self.tolerances), self.dtypes, tuple(self.checks), self.description, self.dims,
+                        "reference" if self.reference is not None else "original")
+
+
+def passed_over(output: str) -> bool:
+    """An output the gate does not compare (its name starts with "_")."""
+    return output.startswith("_")
 
 
 def _tolerance(family: str, tolerances: Mapping[str, Tolerance], dtype_name: str) -> Tolerance:
@@ -161,6 +175,11 @@ class SpecInfo:
     checks: tuple[str, ...]  # outputs judged by the spec's own check (in the oracle worker)
     description: str = ""
     dims: tuple[tuple[str, str], ...] = ()
+    oracle: str = "reference"  # "reference": the spec's float64 reference; "original": calibrated self-oracle
+
+    @property
+    def compared_outputs(self) -> tuple[str, ...]:
+        return tuple(n for n in self.outputs if not passed_over(n))
 
     def tolerance(self, dtype_name: str) -> Tolerance:
         return _tolerance(self.family, self.tolerances, dtype_name)
@@ -174,7 +193,7 @@ class SpecInfo:
             "shape_sets": {k: [s.label for s in v] for k, v in self.shape_sets.items()},
             "tolerances": {k: [t.rel_rms, t.max_abs] for k, t in self.tolerances.items()},
             "dtypes": list(self.dtypes), "checks": list(self.checks), "description": self.description,
-            "dims": [list(d) for d in self.dims],
+            "dims": [list(d) for d in self.dims], "oracle": self.oracle,
         }
 
     @classmethod
@@ -185,7 +204,7 @@ class SpecInfo:
             shape_sets={k: tuple(Shape.parse(s) for s in v) for k, v in value["shape_sets"].items()},
             tolerances={k: Tolerance(float(r), float(a)) for k, (r, a) in value["tolerances"].items()},
             dtypes=tuple(value["dtypes"]), checks=tuple(value["checks"]), description=str(value["description"]),
-            dims=tuple((str(a), str(b)) for a, b in value["dims"]),
+            dims=tuple((str(a), str(b)) for a, b in value["dims"]), oracle=str(value.get("oracle", "reference")),
         )
 
 

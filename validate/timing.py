@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 from skel.validate.bench import BenchConfig, Machine, finite, graph_sequence, median_interval, perf_result, rotation_sets
 from skel.validate.numerics import compare
@@ -50,8 +51,10 @@ class _Samples:
 
 
 def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, dtype: str, machine: Machine,
-               config: BenchConfig, nbytes: int, nflops: int, time_limit: float, oracle_limit: float) -> PerfResult:
-    """PerfResult for one shape; raises Untrusted (reject) or NotMeasured (no verdict)."""
+               config: BenchConfig, nbytes: int, nflops: int, time_limit: float, oracle_limit: float,
+               calibrated: Mapping[str, Tolerance] | None = None) -> PerfResult:
+    """PerfResult for one shape; raises Untrusted (reject) or NotMeasured (no verdict). ``calibrated``: the
+    tolerances by dtype numerics measured at this shape (a spec without a reference has no others)."""
     sets = rotation_sets(nbytes, config.l2_bytes or machine.l2_bytes or 60 << 20, config.max_sets)
     per_graph = len(graph_sequence(sets, config.min_graph_calls))
     made = oracle.request({"op": "bench_inputs", "shape": shape.label, "dtype": dtype, "sets": sets,
@@ -121,7 +124,7 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
                           f"replaying as often as the original at {shape.label}")
     _check_clock(a_mixed, b_mixed)
     _check_alone(a_solo, a_mixed, config)
-    _check_work(oracle, candidate, info, shape, oracle_limit, time_limit)
+    _check_work(oracle, candidate, info, shape, oracle_limit, time_limit, calibrated or {})
     result = perf_result([t / calls for t in a_mixed.reported], [t / calls for t in b_mixed.reported], ratios,
                          nbytes, nflops, machine, config, sets, calls)
     if result.baseline_roofline_pct > ROOFLINE_LIMIT:
@@ -188,7 +191,7 @@ def _check_alone(solo: _Samples, mixed: _Samples, config: BenchConfig) -> None:
 
 
 def _check_work(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, oracle_limit: float,
-                time_limit: float) -> None:
+                time_limit: float, calibrated: Mapping[str, Tolerance]) -> None:
     """What the timed calls left, B's against A's after the same calls."""
     a = oracle.fetch(oracle.request({"op": "timed_results"}, oracle_limit, "handing over the timed results"),
                      oracle_limit, "handing over the timed results")
@@ -203,7 +206,8 @@ def _check_work(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape,
             raise Untrusted(f"the candidate's timed calls left {where} missing or of another shape")
         if not finite([got]):
             raise Untrusted(f"the candidate's timed calls left NaN/inf in {where}; the original's are finite")
-        tol = _tolerance(info, str(want.dtype).removeprefix("torch."))
+        dtype = str(want.dtype).removeprefix("torch.")
+        tol = calibrated[dtype] if dtype in calibrated else _tolerance(info, dtype)
         cmp = compare(got, want, tol)
         if not cmp.passed:
             raise Untrusted(f"the candidate's timed calls left {where} unlike the original's after the same calls"

@@ -218,20 +218,42 @@ class Oracle(Role):
 
         spec = self.spec
         shape = Shape.parse(message["shape"])
-        inputs = spec.make_inputs(shape, message["dtype"], int(message["seed"]), self.device)
+        seed = int(message["seed"])
+        inputs = spec.make_inputs(shape, message["dtype"], seed, self.device)
         values, tensors = _split(inputs)
-        ref = spec.reference(**clone_inputs(inputs))
-        self.case = {"inputs": inputs, "ref": ref}
         named = [(f"in.{k}", v) for k, v in tensors.items()]
-        named += [(f"ref.{k}", v) for k, v in ref.items() if _is_tensor(v)]
         reply: dict = {"values": values}
+        if spec.reference is not None:
+            ref = spec.reference(**clone_inputs(inputs))
+            named += [(f"ref.{k}", v) for k, v in ref.items() if _is_tensor(v)]
+        self.case = {"inputs": inputs, "ref": ref if spec.reference is not None else {}}
         try:
             base = run_call(self.original, clone_inputs(inputs), spec.outputs, spec.inplace, self.device, None)
             named += [(f"base.{k}", v) for k, v in base.outputs.items()]
+            if spec.reference is None:
+                named += self._self_oracle(inputs, seed, reply)
         except CallFailed as exc:
             reply["original_failure"] = str(exc)
         reply["tensors"] = self.hand_over(named)
         return reply
+
+    def _self_oracle(self, inputs: dict, seed: int, reply: dict) -> list[tuple[str, Any]]:
+        """Without a reference: the original on upcast inputs ("ref") and on inputs one ulp away ("pert");
+        the judge calibrates the accepted error from them (``calibrate``)."""
+        from skel.validate.calibrate import perturbed, upcast
+        from skel.validate.numerics import CallFailed, run_call
+
+        spec, named = self.spec, []
+        wide = upcast(inputs)
+        if wide is not None:
+            try:
+                ref = run_call(self.original, wide, spec.outputs, spec.inplace, self.device, None)
+                named += [(f"ref.{k}", v) for k, v in ref.outputs.items()]
+            except CallFailed as exc:
+                reply["upcast_note"] = f"the original refuses float32 inputs ({exc}); its own run is the reference"
+        pert = run_call(self.original, perturbed(inputs, seed), spec.outputs, spec.inplace, self.device, None)
+        named += [(f"pert.{k}", v) for k, v in pert.outputs.items()]
+        return named
 
     def op_check(self, message: dict) -> dict:
         """The spec's own check of a candidate output (data from the judge) against this case."""

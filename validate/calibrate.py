@@ -1,0 +1,74 @@
+"""The original kernel as its own oracle: what a spec without a reference is judged against.
+
+When no reference exists (an inferred or captured harness), the oracle worker runs the original
+three times per case: on the inputs (``base``), on the inputs with every low-precision float tensor
+upcast to float32 (``ref``, the same algorithm with less rounding; skipped when the inputs are
+float32 already or the launcher refuses the upcast), and on the inputs moved by one unit in the last
+place, element by element in a random direction (``pert``). The accepted error of each output is
+then measured, not guessed: ``CALIBRATION`` times the larger of the original's spread under the
+one-ulp perturbation and its distance to its own upcast run, never below two units of rounding of
+the output's dtype. A rewrite that only reorders or refolds floating-point work stays inside that
+spread; a flipped sign, a dropped term, a shifted mask or an epsilon that matters does not.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from skel.validate.spec import Tolerance, dtype_name
+
+CALIBRATION = 4.0
+_FLOOR_ULPS = 2
+_EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7, "float64": 2.0**-52}
+_BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16,
+         torch.float64: torch.int64}
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def perturbed(inputs: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A copy of ``inputs`` with each finite, non-zero float element one ulp up or down (never across zero)."""
+    gen = torch.Generator().manual_seed(0x5EED ^ seed)
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.dtype in _BITS and value.numel():
+            x = value.detach().clone()
+            bits = x.view(_BITS[x.dtype])
+            step = (torch.randint(0, 2, x.shape, generator=gen) * 2 - 1).to(bits.dtype).to(x.device)
+            movable = torch.isfinite(x) & (x != 0)
+            bits.add_(torch.where(movable, step, torch.zeros_like(step)))
+            out[name] = x
+        else:
+            out[name] = value.clone() if isinstance(value, torch.Tensor) else value
+    return out
+
+
+def upcast(inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy with float16/bfloat16 tensors in float32, or None when there is none to upcast."""
+    if not any(isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION for v in inputs.values()):
+        return None
+    return {k: (v.float() if v.dtype in LOW_PRECISION else v.clone()) if isinstance(v, torch.Tensor) else v
+            for k, v in inputs.items()}
+
+
+def _spread(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    x = a.detach().to(torch.float64).reshape(-1)
+    y = b.detach().to(torch.float64).reshape(-1).to(x.device)
+    if x.shape != y.shape or not x.numel():
+        return 0.0, 0.0
+    diff = (x - y).abs()
+    diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
+    denom = float(x.norm())
+    return (float(diff.norm()) / denom if denom > 0 else 0.0), float(diff.max())
+
+
+def calibrated(base: torch.Tensor, ref: torch.Tensor, pert: torch.Tensor | None) -> Tolerance:
+    """The accepted error of one output of one case (see the module docstring)."""
+    eps = _EPS.get(dtype_name(base.dtype), 0.0) if base.is_floating_point() else 0.0
+    rel, worst = _spread(base, ref)
+    if pert is not None:
+        p_rel, p_worst = _spread(base, pert)
+        rel, worst = max(rel, p_rel), max(worst, p_worst)
+    scale = float(ref.detach().abs().max()) if ref.numel() and ref.is_floating_point() else 0.0
+    return Tolerance(rel_rms=max(CALIBRATION * rel, _FLOOR_ULPS * eps),
+                     max_abs=max(CALIBRATION * worst, _FLOOR_ULPS * eps * scale))
