@@ -97,7 +97,13 @@ def validate(
         judgement.run()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    touched = guard.check_and_restore()
+    confined = bool(judgement.isolation and judgement.isolation.get("writes_confined"))
+    touched = guard.check_and_restore(folders=not confined)
+    if confined and touched:  # not the candidate's doing: its writes could not leave its scratch folder
+        judgement.error = judgement.error or (
+            "the files judged changed during the judgement, by another process (every worker's writes were"
+            " confined to its scratch folder): " + "; ".join(c.describe() for c in touched[:6]) + "; judge again")
+        touched = []
     return judgement.result([c.describe() for c in touched])
 
 

@@ -42,6 +42,7 @@ class _Seen:
 class FileGuard:
     def __init__(self, files: list[Path], folders: list[Path]):
         self.paths: list[Path] = []
+        self.named = {f.resolve() for f in files}
         self.folders = sorted({f.resolve() for f in folders if f.is_dir()})
         seen: set[Path] = set()
         for path in [*files, *(p for d in self.folders for p in _listing(d))]:
@@ -62,9 +63,15 @@ class FileGuard:
                 budget -= len(data)
             self.before[path] = _Seen(digest, mode, data)
 
-    def check_and_restore(self) -> list[FileChange]:
+    def check_and_restore(self, folders: bool = True) -> list[FileChange]:
+        """The watched files that changed (restored where a backup exists) and, with ``folders``, the
+        files that appeared in the watched folders (quarantined). Without ``folders`` only the named
+        files count: with every worker's writes confined to its scratch folder, the rest of a folder
+        changing is another process's doing, and its files are none of the gate's business."""
         changes: list[FileChange] = []
         for path, seen in self.before.items():
+            if not folders and path not in self.named:
+                continue
             try:
                 now = _hash(path) if path.is_file() else None
             except OSError:
@@ -84,7 +91,7 @@ class FileGuard:
                 except OSError:
                     pass
             changes.append(FileChange(str(path), what, restored))
-        for folder in self.folders:
+        for folder in self.folders if folders else ():
             for path in _listing(folder):
                 path = path.resolve()
                 if path.is_file() and path not in self.before and not path.name.endswith(".skel-restore"):

@@ -1,0 +1,332 @@
+"""What a ``@triton.jit`` kernel does with each argument, read from its code (``ast``, never run).
+
+For every pointer parameter: whether the kernel loads it, stores it, the polynomial of its
+address offset (``poly``) with each index replaced by a *root* (a program id, a masked offset and
+its bound, a loop variable, a value loaded from another tensor, a division or remainder), and what
+the values it loads flow into (``exp`` of a loaded value is a log-decay; ``log``/``sqrt`` need
+positive values). A root that is a value loaded from another tensor makes that tensor an index
+tensor; a ``< 0`` test on it means negative entries are padding the kernel skips.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from skel.harness.poly import Poly
+
+_MASK_ROOT = "mask<"  # a masked offset: "mask<K" ranges over [0, K)
+_LOAD_ROOT = "load:"  # a value loaded from a pointer parameter: "load:idx"
+
+
+@dataclass(frozen=True)
+class PointerUse:
+    param: str
+    loaded: bool
+    stored: bool
+    address: Poly | None  # offset from the parameter, in kernel names and roots (None: not read)
+    regime: str = ""  # "log-decay", "positive" or "" (what the loaded values flow into)
+
+    def size_factors(self, roots: frozenset[str]) -> frozenset[str]:
+        return frozenset(f for m, _ in (self.address.terms if self.address else ()) for f in m if f not in roots)
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    name: str
+    line: int
+    params: tuple[str, ...]
+    constexprs: frozenset[str]
+    pointers: dict[str, PointerUse]
+    roots: frozenset[str]
+    index_tensors: dict[str, str]  # index parameter -> the pointer parameter its values offset
+    skips_negative: frozenset[str]  # index parameters whose negative values the kernel skips
+    arange_bounds: frozenset[str]  # parameters used as tl.arange(0, X) bounds (powers of two)
+    scalar_use: dict[str, str]  # non-pointer parameter -> "eps", "scale", "offset" or ""
+    loop_bounds: frozenset[str] = frozenset()  # parameters a loop runs to (sequence lengths)
+    splits: tuple[tuple[str, str, str], ...] = ()  # (root, root // X, root % X): an index split in two
+
+    @staticmethod
+    def root_bound(root: str) -> str | None:
+        return root[len(_MASK_ROOT):] if root.startswith(_MASK_ROOT) else None
+
+    @staticmethod
+    def loaded_from(root: str) -> str | None:
+        return root[len(_LOAD_ROOT):] if root.startswith(_LOAD_ROOT) else None
+
+
+def is_jit(fn: ast.FunctionDef) -> bool:
+    for d in fn.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        text = ast.unparse(target)
+        if text.endswith("jit") or text.endswith("triton.jit"):
+            return True
+    return False
+
+
+def _call_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        f = node.func
+        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return ""
+
+
+def _strip(node: ast.AST) -> ast.AST:
+    """``x[:, None]``, ``x.to(...)``, ``(x)`` -> ``x``: what does not change an index's value."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+            node = node.func.value
+        else:
+            return node
+
+
+class _Expander:
+    def __init__(self, fn: ast.FunctionDef, params: tuple[str, ...]):
+        self.params = set(params)
+        self.defs: dict[str, ast.AST] = {}
+        self.loops: set[str] = set()
+        self.roots: set[str] = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    self._bind(target, node.value)
+            elif isinstance(node, ast.For):
+                for name in ast.walk(node.target):
+                    if isinstance(name, ast.Name):
+                        self.loops.add(name.id)
+        self.masks: list[tuple[Poly, str]] = []
+        self._busy: set[str] = set()
+
+    def _bind(self, target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            self.defs[target.id] = value  # the last assignment in source order (the default path's, usually)
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts):
+                self._bind(t, v)
+
+    def root(self, name: str) -> Poly:
+        self.roots.add(name)
+        return Poly.atom(name)
+
+    def expand(self, node: ast.AST) -> Poly:
+        node = _strip(node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
+            return Poly.const(int(node.value))
+        if isinstance(node, ast.Name):
+            name = node.id
+            if name in self.params:
+                return Poly.atom(name)
+            if name in self.loops:
+                return self.root(f"loop:{name}")
+            if name in self.defs and name not in self._busy:
+                self._busy.add(name)
+                try:
+                    value = self.defs[name]
+                    poly = self._poly(value)
+                    return poly if poly is not None else self.root(name)
+                finally:
+                    self._busy.discard(name)
+            return self.root(name)
+        poly = self._poly(node)
+        return poly if poly is not None else self.root(ast.unparse(node))
+
+    def _poly(self, node: ast.AST) -> Poly | None:
+        """The polynomial of an arithmetic expression, or None when it is not one (a root)."""
+        node = _strip(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            a, b = self.expand(node.left), self.expand(node.right)
+            return a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -self.expand(node.operand)
+        if isinstance(node, ast.IfExp):  # a constexpr switch: its "else" is the flags-off default path
+            return self.expand(node.orelse)
+        if isinstance(node, (ast.Constant, ast.Name)):
+            return self.expand(node)
+        name = _call_name(node)
+        if name == "program_id":
+            return self.root(f"pid{ast.unparse(node.args[0]) if node.args else '0'}")
+        if name == "arange" and len(node.args) == 2:
+            return self.expand(node.args[0]) + self.root(f"arange({ast.unparse(node.args[1])})")
+        if name == "load" and node.args:
+            base = self.base_of(node.args[0])
+            if base:
+                return self.root(_LOAD_ROOT + base)
+        return None
+
+    def base_of(self, node: ast.AST) -> str | None:
+        poly = self.expand(node)
+        bases = [m[0] for m, c in poly.terms if len(m) == 1 and c == 1 and m[0] in self.params]
+        return bases[0] if len(bases) == 1 else None
+
+    def masked(self, poly: Poly) -> Poly:
+        """Each masked offset in ``poly``, also scaled by a stride (``(o_k) * V``), becomes its root."""
+        for part, bound in self.masks:
+            lead, lead_coef = part.terms[0]
+            for m, c in poly.terms:
+                extra = _divide(m, lead)
+                if extra is None or c != lead_coef:
+                    continue
+                scaled = part * Poly((((*extra,), 1),))
+                if poly.contains(scaled):
+                    root = _MASK_ROOT + bound
+                    self.roots.add(root)
+                    poly = poly - scaled + Poly(((tuple(sorted((root, *extra))), 1),))
+                    break
+        return poly
+
+
+def _divide(m: tuple[str, ...], d: tuple[str, ...]) -> tuple[str, ...] | None:
+    rest = list(m)
+    for f in d:
+        if f not in rest:
+            return None
+        rest.remove(f)
+    return tuple(rest)
+
+
+def kernel_facts(fn: ast.FunctionDef) -> KernelFacts:
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    params = tuple(a.arg for a in args)
+    constexprs = frozenset(a.arg for a in args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation))
+    ex = _Expander(fn, params)
+    _collect_masks(fn, ex, params)
+
+    loads: dict[str, list[ast.Call]] = {}
+    stores: dict[str, list[ast.Call]] = {}
+    skips: set[str] = set()
+    aranges: set[str] = set()
+    for node in ast.walk(fn):
+        name = _call_name(node)
+        if name in ("load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg") and node.args:
+            base = ex.base_of(node.args[0])
+            if base:
+                (loads if name == "load" else stores).setdefault(base, []).append(node)
+                if name.startswith("atomic"):
+                    loads.setdefault(base, []).append(node)
+        if name == "arange" and len(node.args) == 2 and isinstance(node.args[1], ast.Name) and node.args[1].id in params:
+            aranges.add(node.args[1].id)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Lt, ast.GtE)):
+            right = node.comparators[0]
+            if isinstance(right, ast.Constant) and right.value == 0:
+                for root in ex.expand(node.left).terms:
+                    for f in root[0]:
+                        src = KernelFacts.loaded_from(f)
+                        if src:
+                            skips.add(src)
+
+    pointers: dict[str, PointerUse] = {}
+    index_of: dict[str, str] = {}
+    for param in sorted(set(loads) | set(stores)):
+        calls = loads.get(param, []) + stores.get(param, [])
+        address = ex.masked(ex.expand(calls[0].args[0]) - Poly.atom(param) + _loop_steps(fn, param, ex))
+        pointers[param] = PointerUse(param, param in loads, param in stores, address, _regime(fn, param, ex))
+        for m, _ in address.terms:
+            for f in m:
+                src = KernelFacts.loaded_from(f)
+                if src and src != param:
+                    index_of[src] = param
+    scalars = {p: _scalar_use(fn, p) for p in params if p not in pointers and p not in constexprs}
+    bounds = set()
+    for loop in ast.walk(fn):
+        if isinstance(loop, ast.For) and _call_name(loop.iter) == "range" and loop.iter.args:
+            stop = _strip(loop.iter.args[-1] if len(loop.iter.args) > 1 else loop.iter.args[0])
+            if isinstance(stop, ast.Name) and stop.id in params:
+                bounds.add(stop.id)
+    return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
+                       frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex))
+
+
+def _splits(ex: _Expander) -> tuple[tuple[str, str, str], ...]:
+    """``a = r // X`` and ``b = r % X`` (the same r and X): r spans a's dims then b's."""
+    div, mod = {}, {}
+    for name, value in ex.defs.items():
+        value = _strip(value)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.FloorDiv, ast.Mod)):
+            whole = ex.expand(value.left)
+            if len(whole.terms) == 1 and len(whole.terms[0][0]) == 1 and whole.terms[0][1] == 1:
+                key = (whole.terms[0][0][0], ast.dump(_strip(value.right)))
+                (div if isinstance(value.op, ast.FloorDiv) else mod)[key] = name
+    return tuple((key[0], div[key], mod[key]) for key in div if key in mod)
+
+
+def _loop_steps(fn: ast.FunctionDef, param: str, ex: _Expander) -> Poly:
+    """``p += STEP`` in ``for _ in range(..., T)`` on a pointer into ``param``: the term loop:T * STEP
+    (the loop walks a dim of stride STEP). Counted once per pointer variable."""
+    out = Poly()
+    seen: set[str] = set()
+    in_loops = {id(n) for loop in ast.walk(fn) if isinstance(loop, ast.For) for n in ast.walk(loop)}
+    for node in ast.walk(fn):  # the parameter itself moved once (a_ptr += row * stride)
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name) \
+                and node.target.id == param and id(node) not in in_loops:
+            out = out + ex.expand(node.value)
+    for loop in ast.walk(fn):
+        if not (isinstance(loop, ast.For) and _call_name(loop.iter) == "range" and loop.iter.args):
+            continue
+        stop = _strip(loop.iter.args[-1] if len(loop.iter.args) > 1 else loop.iter.args[0])
+        if not (isinstance(stop, ast.Name) and stop.id in ex.params):
+            continue
+        for node in ast.walk(loop):
+            if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
+                var = node.target.id
+                if var in seen or (var != param and (var not in ex.defs or ex.base_of(ast.Name(id=var)) != param)):
+                    continue
+                seen.add(var)
+                out = out + Poly.atom(f"loop:{stop.id}") * ex.expand(node.value)
+    return out
+
+
+def _collect_masks(fn: ast.FunctionDef, ex: _Expander, params: tuple[str, ...]) -> None:
+    """``offset < BOUND`` comparisons: the offset ranges over [0, BOUND) (BOUND a parameter)."""
+    seen = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt):
+            bound = _strip(node.comparators[0])
+            if isinstance(bound, ast.Name) and bound.id in params:
+                poly = ex.expand(node.left)
+                if any(f.startswith("arange(") for m, _ in poly.terms for f in m):
+                    key = (poly, bound.id)
+                    if key not in seen:
+                        seen.add(key)
+                        ex.masks.append(key)
+    ex.masks.sort(key=lambda pb: -len(pb[0].terms))
+
+
+def _loaded_names(fn: ast.FunctionDef, param: str, ex: _Expander) -> set[str]:
+    names = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = _strip(node.value)
+            if _call_name(value) == "load" and value.args and ex.base_of(value.args[0]) == param:
+                names.add(node.targets[0].id)
+    return names
+
+
+def _regime(fn: ast.FunctionDef, param: str, ex: _Expander) -> str:
+    names = _loaded_names(fn, param, ex)
+    if not names:
+        return ""
+    for node in ast.walk(fn):
+        name = _call_name(node)
+        if name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt") and node.args:
+            arg = _strip(node.args[0])
+            if isinstance(arg, ast.Name) and arg.id in names:
+                return "log-decay" if name.startswith("exp") else "positive"
+    return ""
+
+
+def _scalar_use(fn: ast.FunctionDef, param: str) -> str:
+    """How a scalar argument enters the arithmetic: added under a root/division ("eps"), a factor
+    ("scale"), a term ("offset")."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.BinOp):
+            sides = [_strip(node.left), _strip(node.right)]
+            if not any(isinstance(s, ast.Name) and s.id == param for s in sides):
+                continue
+            if isinstance(node.op, ast.Add):
+                parent_calls = [c for c in ast.walk(fn) if _call_name(c) in ("sqrt", "rsqrt", "log")
+                                and any(n is node for n in ast.walk(c))]
+                return "eps" if parent_calls else "offset"
+            if isinstance(node.op, ast.Mult):
+                return "scale"
+    return ""

@@ -1,0 +1,340 @@
+"""What a launcher (a Python function that launches a ``@triton.jit`` kernel of its file) says about
+its arguments, read from its code with ``ast``: parameters with their annotations and defaults,
+the shape dims it unpacks (``B, T, H, K = k.shape``, ``*k.shape, v.shape[-1]``, ``x.shape[-3:]``,
+``x.size(1)``), the tensors it allocates, its ``assert``/``raise`` checks on shapes, ranks, dtypes and
+choices, the kernel launches with each kernel parameter's argument, and what it returns.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+_ALLOC = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like", "new_empty",
+          "new_zeros", "new_ones", "new_full", "empty_strided"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    annotation: str  # as written ("" when none)
+    default: object  # the literal default, or NO_DEFAULT
+    has_default: bool
+
+    @property
+    def optional(self) -> bool:
+        return self.has_default and self.default is None or "None" in self.annotation or "Optional" in self.annotation
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str
+    line: int
+    grid: str
+    args: dict[str, ast.AST]  # kernel parameter -> the launcher's expression
+
+
+@dataclass
+class LauncherFacts:
+    name: str
+    line: int
+    params: tuple[Param, ...]
+    dims: dict[str, tuple[str, int]] = field(default_factory=dict)  # dim -> (tensor, axis) it was read from
+    ranks: dict[str, int] = field(default_factory=dict)  # tensor -> ndim the code implies
+    axes: dict[str, dict[int, str]] = field(default_factory=dict)  # tensor -> axis -> dim
+    same_dim: list[tuple[tuple[str, int], tuple[str, int]]] = field(default_factory=list)  # asserted equal
+    same_shape: list[tuple[str, str]] = field(default_factory=list)
+    dtypes: dict[str, str] = field(default_factory=dict)  # tensor -> dtype asserted or allocated
+    choices: dict[str, tuple] = field(default_factory=dict)  # param -> values an assert allows
+    bounds: dict[str, int] = field(default_factory=dict)  # dim -> upper bound asserted
+    allocs: dict[str, tuple[list, str, str]] = field(default_factory=dict)  # local -> (shape items, dtype, like)
+    launches: list[Launch] = field(default_factory=list)
+    returns: tuple[ast.AST, ...] = ()
+    aliases: dict[str, str] = field(default_factory=dict)  # local -> param it renames (h0 = initial_state)
+    used_as_tensor: set[str] = field(default_factory=set)
+    conditions: set[str] = field(default_factory=set)  # params tested by `if p:` / `p or ...`
+    dim_alias: dict[str, str] = field(default_factory=dict)  # local -> the dim it equals on the default path
+    gates: set[str] = field(default_factory=set)  # params whose `if p:` allocates a tensor (an extra output)
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+NO_DEFAULT = object()
+
+
+def _literal(node: ast.AST | None) -> tuple[bool, object]:
+    if node is None:
+        return False, NO_DEFAULT
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return True, ast.unparse(node)
+
+
+def launcher_params(fn: ast.FunctionDef) -> tuple[Param, ...]:
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    out = []
+    for a, d in list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults)):
+        has, value = _literal(d)
+        out.append(Param(a.arg, ast.unparse(a.annotation) if a.annotation is not None else "", value, has))
+    return tuple(out)
+
+
+def _shape_source(node: ast.AST, shapes: dict[str, str]) -> tuple[str, slice | int | None] | None:
+    """``x.shape`` -> (x, None); ``x.shape[i]`` / ``x.size(i)`` -> (x, i); ``x.shape[a:b]`` -> (x, slice)."""
+    if isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(node.value, ast.Name):
+        return node.value.id, None
+    if isinstance(node, ast.Name) and node.id in shapes:
+        return shapes[node.id], None
+    if isinstance(node, ast.Subscript):
+        base = _shape_source(node.value, shapes)
+        if base and base[1] is None:
+            idx = node.slice
+            if isinstance(idx, ast.Slice):
+                lo = ast.literal_eval(idx.lower) if idx.lower else None
+                hi = ast.literal_eval(idx.upper) if idx.upper else None
+                return base[0], slice(lo, hi)
+            try:
+                return base[0], int(ast.literal_eval(idx))
+            except (ValueError, TypeError):
+                return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size" \
+            and isinstance(node.func.value, ast.Name) and len(node.args) == 1:
+        try:
+            return node.func.value.id, int(ast.literal_eval(node.args[0]))
+        except (ValueError, TypeError):
+            return None
+    return None
+
+
+class _Reader(ast.NodeVisitor):
+    def __init__(self, facts: LauncherFacts, kernels: set[str], module_values: dict[str, object]):
+        self.f, self.kernels, self.module_values = facts, kernels, module_values
+        self.shapes: dict[str, str] = {}  # local holding a tensor's shape -> tensor
+
+    def _dim(self, name: str, tensor: str, axis: int) -> None:
+        self.f.dims.setdefault(name, (tensor, axis))
+        self.f.axes.setdefault(tensor, {}).setdefault(axis, name)
+        self.f.used_as_tensor.add(tensor)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._assign(target, node.value)
+        self.generic_visit(node)
+
+    def _assign(self, target: ast.AST, value: ast.AST) -> None:
+        src = _shape_source(value, self.shapes)
+        if isinstance(target, ast.Name):
+            if src and src[1] is None:
+                self.shapes[target.id] = src[0]
+            elif src and isinstance(src[1], int):
+                self._dim(target.id, src[0], src[1])
+            elif isinstance(value, ast.Name) and self.f.param(value.id):
+                self.f.aliases[target.id] = value.id
+            elif isinstance(value, ast.Name) and value.id in self.f.dims and target.id not in self.f.dims:
+                self.f.dim_alias[target.id] = value.id
+            elif isinstance(value, ast.IfExp) and isinstance(value.body, ast.Name) and value.body.id in self.f.dims \
+                    and _tests_none(value.test):  # N = B if cu_seqlens is None else ...: B on the default path
+                self.f.dim_alias[target.id] = value.body.id
+            elif isinstance(value, ast.Call):
+                self._alloc(target.id, value)
+            return
+        if not isinstance(target, ast.Tuple):
+            return
+        names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+        if src is not None:  # A, B, C = x.shape (or x.shape[-3:])
+            tensor, part = src
+            n = len(names)
+            if part is None:
+                self.f.ranks[tensor] = n
+                axes = range(n)
+            else:
+                lo = part.start if part.start is not None else 0
+                axes = range(lo, lo + n) if lo >= 0 else range(lo, lo + n)
+            for name, axis in zip(names, axes):
+                if name:
+                    self._dim(name, tensor, axis)
+            return
+        if isinstance(value, ast.Tuple):  # A, B, C, V = *k.shape, v.shape[-1]
+            i = 0
+            for elt in value.elts:
+                if isinstance(elt, ast.Starred):
+                    star = _shape_source(elt.value, self.shapes)
+                    rest = len(value.elts) - 1
+                    count = len(names) - rest
+                    if star and star[1] is None:
+                        self.f.ranks[star[0]] = count
+                        for axis in range(count):
+                            if names[i + axis]:
+                                self._dim(names[i + axis], star[0], axis)
+                    i += count
+                    continue
+                one = _shape_source(elt, self.shapes)
+                if one and isinstance(one[1], int) and i < len(names) and names[i]:
+                    self._dim(names[i], one[0], one[1])
+                i += 1
+
+    def _alloc(self, name: str, call: ast.Call) -> None:
+        func = call.func
+        op = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if op not in _ALLOC:
+            return
+        like = ""
+        if isinstance(func, ast.Attribute) and op.startswith("new_") and isinstance(func.value, ast.Name):
+            like = func.value.id
+        items: list = []
+        args = list(call.args)
+        if op.endswith("_like"):
+            if args and isinstance(args[0], ast.Name):
+                like = args[0].id
+                items = [("*", like)]
+        else:
+            if op in ("full", "new_full") and len(args) > 1:
+                args = args[:1]
+            if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+                args = list(args[0].elts)
+            for a in args:
+                if isinstance(a, ast.Starred):
+                    src = _shape_source(a.value, self.shapes)
+                    items.append(("*", src[0]) if src and src[1] is None else ("?", ast.unparse(a)))
+                elif isinstance(a, ast.Name):
+                    items.append(("dim", a.id))
+                elif isinstance(a, ast.Constant) and isinstance(a.value, int):
+                    items.append(("int", a.value))
+                else:
+                    src = _shape_source(a, self.shapes)
+                    items.append(("axis", src) if src and isinstance(src[1], int) else ("?", ast.unparse(a)))
+        dtype = ""
+        for kw in call.keywords:
+            if kw.arg == "dtype":
+                dtype = ast.unparse(kw.value).removeprefix("torch.")
+        self.f.allocs[name] = (items, dtype, like)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self._check(node.test, True)
+        self.generic_visit(node)
+
+    def visit_If(self, node: ast.If) -> None:
+        raises = node.body and all(isinstance(s, ast.Raise) for s in node.body)
+        if raises:
+            self._check(node.test, False)
+        if isinstance(node.test, ast.Name):
+            self.f.conditions.add(node.test.id)
+            if any(isinstance(n, ast.Call) and (getattr(n.func, "attr", "") in _ALLOC or getattr(n.func, "id", "") in _ALLOC)
+                   for stmt in node.body for n in ast.walk(stmt)):
+                self.f.gates.add(node.test.id)
+        self.generic_visit(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        for v in node.values:
+            if isinstance(v, ast.Name):
+                self.f.conditions.add(v.id)
+        self.generic_visit(node)
+
+    def _check(self, test: ast.AST, holds: bool) -> None:
+        """What an assert (holds=True) or a raising if (holds=False: the test must be false) requires."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And if holds else ast.Or):
+            for v in test.values:
+                self._check(v, holds)
+            return
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            self._check(test.operand, not holds)
+            return
+        if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+            return
+        op, left, right = test.ops[0], test.left, test.comparators[0]
+        eq = isinstance(op, ast.Eq) if holds else isinstance(op, ast.NotEq)
+        if eq:
+            ls, rs = _shape_source(left, self.shapes), _shape_source(right, self.shapes)
+            if ls and rs and isinstance(ls[1], int) and isinstance(rs[1], int):
+                self.f.same_dim.append(((ls[0], ls[1]), (rs[0], rs[1])))
+            elif ls and rs and ls[1] is None and rs[1] is None:
+                self.f.same_shape.append((ls[0], rs[0]))
+            for a, b in ((left, right), (right, left)):
+                if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name):
+                    if a.attr == "ndim" and isinstance(b, ast.Constant):
+                        self.f.ranks[a.value.id] = int(b.value)
+                    if a.attr == "dtype" and isinstance(b, ast.Attribute):
+                        self.f.dtypes[a.value.id] = b.attr
+                if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute) and a.func.attr == "dim" \
+                        and isinstance(a.func.value, ast.Name) and isinstance(b, ast.Constant):
+                    self.f.ranks[a.func.value.id] = int(b.value)
+        bound = (isinstance(op, (ast.LtE, ast.Lt)) if holds else isinstance(op, (ast.Gt, ast.GtE)))
+        if bound and isinstance(left, ast.Name) and isinstance(right, ast.Constant) and isinstance(right.value, int):
+            self.f.bounds[left.id] = right.value - (1 if isinstance(op, (ast.Lt, ast.GtE)) else 0)
+        member = isinstance(op, ast.In) if holds else isinstance(op, ast.NotIn)
+        if member and isinstance(left, ast.Name):
+            values = self._values_of(right)
+            if values:
+                self.f.choices[left.id] = values
+
+    def _values_of(self, node: ast.AST) -> tuple:
+        if isinstance(node, ast.Name) and node.id in self.module_values:
+            value = self.module_values[node.id]
+            return tuple(value) if isinstance(value, (dict, tuple, list, set, frozenset)) else ()
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("keys", "values"):
+            base = self._values_of(node.func.value) if node.func.attr == "keys" else ()
+            return base
+        try:
+            value = ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError):
+            return ()
+        return tuple(value) if isinstance(value, (tuple, list, set, frozenset, dict)) else ()
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.value, ast.Name) and node.attr in ("shape", "stride", "ndim", "dtype", "device",
+                                                               "new_empty", "new_zeros", "view", "reshape",
+                                                               "contiguous", "is_contiguous", "numel", "size"):
+            self.f.used_as_tensor.add(node.value.id)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in self.kernels:
+            self.f.launches.append(Launch(func.value.id, node.lineno, ast.unparse(func.slice), self._bind(node)))
+        self.generic_visit(node)
+
+    def _bind(self, call: ast.Call) -> dict[str, ast.AST]:
+        params = self.kernels[call.func.value.id]
+        out = {p: a for p, a in zip(params, call.args) if not isinstance(a, ast.Starred)}
+        out.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
+        return out
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if node.value is not None:
+            self.f.returns = tuple(node.value.elts) if isinstance(node.value, ast.Tuple) else (node.value,)
+
+
+def _tests_none(test: ast.AST) -> bool:
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+
+
+def read_launcher(fn: ast.FunctionDef, kernels: dict[str, tuple[str, ...]],
+                  module_values: dict[str, object]) -> LauncherFacts:
+    facts = LauncherFacts(fn.name, fn.lineno, launcher_params(fn))
+    reader = _Reader(facts, kernels, module_values)
+    for stmt in fn.body:
+        reader.visit(stmt)
+    return facts
+
+
+def launches_kernel(fn: ast.FunctionDef, kernels: set[str]) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
+               and n.func.value.id in kernels for n in ast.walk(fn))
+
+
+def module_values(tree: ast.Module) -> dict[str, object]:
+    """Module-level names bound to literals (dicts, tuples, numbers), for ``x in NAME`` checks."""
+    out: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError):
+                if isinstance(node.value, ast.Dict):
+                    out[node.targets[0].id] = {ast.literal_eval(k): None for k in node.value.keys
+                                               if isinstance(k, ast.Constant)}
+    return out

@@ -1,0 +1,32 @@
+"""Input values an inferred or captured spec draws, by the regime its kernel's code implies.
+
+normal: N(0, 1). log-decay: logsigmoid(N(0, 1)), in (-inf, 0), what a kernel takes exp() of to decay a
+state. positive: U(0.5, 2), what it takes log() or sqrt() of. slots: distinct indices into a pool of
+``pool`` entries (one per request, never two alike: two programs writing one slot race). slots-padded:
+the same with about a quarter set to -1, padding the kernel skips.
+"""
+from __future__ import annotations
+
+import torch
+
+from skel.validate.spec import torch_dtype
+
+
+def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, device, work: str,
+         pool: int = 0) -> torch.Tensor:
+    dt = torch_dtype(work if dtype == "work" else dtype)
+    if values in ("slots", "slots-padded"):
+        count = 1
+        for s in sizes:
+            count *= s
+        slots = torch.randperm(max(pool, count), generator=gen, device=device)[:count]
+        if values == "slots-padded":
+            pad = torch.rand(count, generator=gen, device=device) < 0.25
+            slots = torch.where(pad, torch.full_like(slots, -1), slots)
+        return slots.reshape(sizes).to(dt)
+    x = torch.randn(*sizes, generator=gen, device=device)
+    if values == "log-decay":
+        x = torch.nn.functional.logsigmoid(x)
+    elif values == "positive":
+        x = torch.rand(*sizes, generator=gen, device=device) * 1.5 + 0.5
+    return x.to(dt)
