@@ -62,4 +62,48 @@ def late_bind_aliases(module: ModuleType) -> list[str]:
                 if home is not None and home[0] is not sys.modules.get(label):
                     space[alias] = _late(*home)
                     done.append(f"{label}.{alias} -> {home[0].__name__}.{home[1]}")
+            elif _is_libdevice(value) and not alias.startswith("__"):
+                import triton.language as tl
+
+                space[alias] = _late(tl.math, value.__name__)
+                done.append(f"{label}.{alias} -> triton.language.math.{value.__name__} (libdevice has no interpreter)")
     return done
+
+
+def _is_libdevice(value: Any) -> bool:
+    """A libdevice function (``from triton.language.extra.libdevice import rsqrt``): a stub the compiler
+    dispatches and the interpreter does not implement; its tl.math namesake computes the same function."""
+    import triton.language as tl
+
+    module = getattr(value, "__module__", "") or ""
+    return callable(value) and module.startswith("triton.language.extra") and module.endswith("libdevice") \
+        and _is_builtin(getattr(tl.math, getattr(value, "__name__", ""), None))
+
+
+def float_scalars_as_tensors() -> bool:
+    """Give float arguments the compiled type: an fp32 scalar tensor, not a Python float.
+
+    Compiled Triton passes a float argument as an fp32 scalar, so kernels call ``eps.to(tl.float32)``
+    on it (Liger's norms and activations do); the interpreter hands the kernel the bare Python float,
+    and the *original* fails ("'float' object has no attribute 'to'"). This wraps the interpreter's
+    argument conversion so floats arrive as the compiled path types them. Returns whether it applied.
+    """
+    try:
+        import numpy as np
+        import triton.language as tl
+        import triton.runtime.interpreter as interpreter
+    except ImportError:
+        return False
+    convert = getattr(interpreter, "_implicit_cvt", None)
+    if convert is None or getattr(convert, "_skel_floats", False):
+        return convert is not None
+
+    def implicit_cvt(arg):
+        if isinstance(arg, float):
+            handle = interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32)
+            return tl.tensor(handle, tl.float32)
+        return convert(arg)
+
+    implicit_cvt._skel_floats = True
+    interpreter._implicit_cvt = implicit_cvt
+    return True

@@ -110,7 +110,9 @@ class Role:
     def interpreted(self, module) -> None:
         """In Triton's interpreter, aliases of its builtins (``exp = tl.exp``) are bound late (``interpret``)."""
         if self.device == "cpu":
-            from skel.validate.interpret import late_bind_aliases
+            from skel.validate.interpret import float_scalars_as_tensors, late_bind_aliases
+
+            float_scalars_as_tensors()
 
             for line in late_bind_aliases(module):  # for the worker's log: what the interpreter was helped with
                 print(f"late-bound alias {line}", flush=True)
