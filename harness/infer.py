@@ -114,7 +114,8 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         raise HarnessError(f"{path}:{exc.lineno}: does not parse: {exc.msg}") from None
     kernels, found = launchers(tree)
     if not kernels:
-        raise HarnessError(f"{path}: no @triton.jit kernel in this file")
+        raise HarnessError(f"{path}: no @triton.jit kernel in this file: judge the file that defines the kernels it"
+                           " calls (skel harness THAT_FILE), or record real calls of this one with skel capture")
     if not found:
         raise HarnessError(f"{path}: its kernels ({', '.join(kernels)}) are launched from no function of this file; "
                            "launched from another file, they can be judged through that launcher "
@@ -144,8 +145,12 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         alloc = st.lf.allocs.get(name)
         shape = _alloc_shape(alloc[0], st, st.shapes) if alloc else None
         if shape is not None:
-            like = next((t for t in tensor_args if t.name == alloc[2]), None)
-            written[name] = (shape, alloc[1] or (like.dtype if like else "work"))
+            dtype = alloc[1]
+            source = dtype.removesuffix(".dtype") if dtype.endswith(".dtype") else alloc[2]
+            like = next((t for t in tensor_args if t.name == source), None)
+            if not dtype or dtype.endswith(".dtype") or dtype not in ("float32", "float16", "bfloat16", "int32", "int64"):
+                dtype = like.dtype if like else "work"
+            written[name] = (shape, dtype)
     names = {d.name for d in dim_list}
     dispatch = tuple((d, f"{t}.shape[{axis}]") for d, (t, axis) in st.lf.dims.items() if d in names and t in tensors)
     return Harness(path, entry, launch.kernel, fn.lineno, arguments, tensor_args, values, dim_list, outputs,

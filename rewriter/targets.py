@@ -6,8 +6,9 @@ Zero-config targets:
 - FLA's upstream decode files (fla-core 0.6.0 ``fla/ops/kda/fused_recurrent.py`` and
   ``fla/ops/gated_delta_rule/fused_recurrent.py``) copied anywhere: recognised by their entry
   function and kernel parameters, validated through the harness spec beside the family.
-Any other kernel: ``--harness SPEC.py`` (a file exporting ``SPEC = TargetSpec(...)``, see
-``validate/spec.py``) names the spec, inputs, reference and tolerances to judge it against.
+Any other kernel: the harness skel infers from the file's own launcher (``skel.harness``), or
+``--harness SPEC.py`` (a file exporting ``SPEC = TargetSpec(...)``, see ``validate/spec.py``) naming
+the spec, inputs, reference and tolerances to judge it against.
 
 Recognition is static (``ast``): the target is not imported to find out what it is.
 """
@@ -101,11 +102,20 @@ def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetB
             spec = kernels_root() / fp.family / fp.harness
             return TargetBinding(path, fp.family, spec, fp.entry,
                                  f"recognised as {fp.family} (entry {fp.entry}, spec {fp.harness})", fp.dims)
-    names = ", ".join(sorted({f.entry for f in FINGERPRINTS}))
-    raise NotRecognised(
-        f"{path}: not a recognised kernel family (looked for entry functions {names}); "
-        "pass --harness SPEC.py, a file exporting SPEC = TargetSpec(...) (see README, 'Your own kernel')"
-    )
+    from skel.harness.infer import HarnessError
+    from skel.harness.writer import inferred_spec
+
+    try:
+        spec, harness = inferred_spec(path, source)
+    except HarnessError as exc:
+        raise NotRecognised(
+            f"{path}: no harness can be inferred ({exc}); pass --harness SPEC.py, a file exporting"
+            " SPEC = TargetSpec(...) (see README, 'Your own kernel')") from None
+    bound = _bind_harness(path, spec)
+    shapes = "; ".join(f"{t.name} [{', '.join(t.dims)}]" for t in harness.tensors)
+    return TargetBinding(path, bound.family, spec, bound.entry,
+                         f"harness inferred from launcher {harness.entry} (oracle: the original kernel, tolerance"
+                         f" calibrated; {shapes}; spec {spec})", bound.dims)
 
 
 def _bind_harness(path: Path, harness: Path) -> TargetBinding:

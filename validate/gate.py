@@ -74,7 +74,7 @@ def validate(
     if require not in REQUIRE:
         raise GateInputError(f"require={require!r}: choose one of {', '.join(REQUIRE)}")
     try:
-        ref = resolve_target(target, spec)
+        ref = resolve_target(target, spec, entry)
     except TargetError as exc:
         raise GateInputError(str(exc)) from None
     cand = Path(candidate).expanduser().resolve()
@@ -99,6 +99,9 @@ def validate(
         shutil.rmtree(root, ignore_errors=True)
     confined = bool(judgement.isolation and judgement.isolation.get("writes_confined"))
     touched = guard.check_and_restore(folders=not confined)
+    if ref.inferred:
+        judgement.notes.insert(0, f"no spec given: the harness was inferred from {ref.kernel.name}'s launcher"
+                                  f" (skel harness; written to {ref.spec})")
     if confined and touched:  # not the candidate's doing: its writes could not leave its scratch folder
         judgement.error = judgement.error or (
             "the files judged changed during the judgement, by another process (every worker's writes were"

@@ -40,12 +40,19 @@ class TargetRef:
     kernel: Path
     spec: Path
 
+    @property
+    def inferred(self) -> bool:
+        """The spec is one skel inferred from the kernel's launcher (``skel harness``)."""
+        from skel.harness.writer import cache_root
+
+        return cache_root() in self.spec.parents
+
 
 class TargetError(ValueError):
     """The target or its spec cannot be found or loaded (a usage error, not a rejection)."""
 
 
-def resolve_target(target: str | Path, spec: str | Path | None = None) -> TargetRef:
+def resolve_target(target: str | Path, spec: str | Path | None = None, entry: str | None = None) -> TargetRef:
     root = _kernels_dir()
     text = str(target)
     if not text.endswith(".py") and (root / text / "kernel.py").exists() and spec is None:
@@ -59,10 +66,10 @@ def resolve_target(target: str | Path, spec: str | Path | None = None) -> Target
         path = path / "kernel.py"
         if not path.exists():
             raise TargetError(f"target folder {target} has no kernel.py")
-    return TargetRef(path, _spec_path(path, spec, root))
+    return TargetRef(path, _spec_path(path, spec, root, entry))
 
 
-def _spec_path(kernel: Path, spec: str | Path | None, root: Path) -> Path:
+def _spec_path(kernel: Path, spec: str | Path | None, root: Path, entry: str | None = None) -> Path:
     if spec is not None:
         text = str(spec)
         if (root / text / "spec.py").exists():
@@ -74,10 +81,24 @@ def _spec_path(kernel: Path, spec: str | Path | None, root: Path) -> Path:
     beside = kernel.parent / "spec.py"
     if beside.exists():
         return beside
-    raise TargetError(
-        f"no spec for target {kernel}: put a spec.py beside it or pass a family name or spec file"
-        f" ({', '.join(families())})"
-    )
+    return _inferred(kernel, entry)
+
+
+def _inferred(kernel: Path, entry: str | None) -> Path:
+    """No spec anywhere: the harness skel infers from the kernel file's own launcher (``skel harness``)."""
+    from skel.harness.infer import HarnessError
+    from skel.harness.writer import inferred_spec
+    from skel.miner.sourcefile import UnreadableSource, read_source
+
+    try:
+        source = read_source(str(kernel), "triton").text
+        spec, _ = inferred_spec(kernel, source, entry)
+    except HarnessError as exc:
+        raise TargetError(f"no spec for target {kernel}, and none can be inferred: {exc}; pass a family name or a"
+                          f" spec file ({', '.join(families())})") from None
+    except (OSError, ValueError, UnreadableSource) as exc:
+        raise TargetError(f"no spec for target {kernel}, and its text cannot be read: {exc}") from None
+    return spec
 
 
 def load_module(path: str | Path, tag: str) -> ModuleType:

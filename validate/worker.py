@@ -338,7 +338,7 @@ class Candidate(Role):
                 result = run_call(self.launcher, args, outputs, inplace, self.device, self.path)
         except CallFailed as exc:
             return {"failed": str(exc)}
-        named = [(f"out.{k}", result.outputs[k]) for k in outputs]
+        named = [(f"out.{k}", result.outputs[k]) for k in outputs if k in result.outputs]  # "_x": passed over
         named += [(f"arg.{k}", v) for k, v in args.items() if _is_tensor(v)]
         return {"tensors": self.hand_over(named), "aliased": result.aliased}
 

@@ -1,0 +1,144 @@
+"""Zero-config harnesses: inferred from kernels the suite has hand specs for (the inferred shapes must
+be the hand spec's) and from other projects' kernels fetched from the package registry (fla-core,
+Liger); the gate then accepts an identical copy and rejects semantic mutants, with the original as
+its only oracle."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import fetch_wheel_corpus
+from skel.cli import main
+from skel.harness.infer import HarnessError, infer
+from skel.harness.writer import inferred_spec
+from skel.validate.gate import validate
+from skel.validate.load import load_spec
+from skel.validate.spec import Shape
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shapes(h):
+    return {t.name: t.dims for t in h.tensors}
+
+
+@pytest.fixture(scope="module")
+def liger():
+    return fetch_wheel_corpus("liger-kernel", "0.8.5")
+
+
+@pytest.mark.parametrize("family", ["kda_decode", "gdn_decode", "state_merge"])
+def test_inferred_shapes_are_the_hand_specs(family, tmp_path, monkeypatch):
+    """The suite's own kernels have hand-written specs: the harness inferred from the code alone must
+    build every tensor argument with the hand spec's shape (at a ci shape of the hand spec)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    kernel = REPO / "kernels" / family / "kernel.py"
+    hand = load_spec(REPO / "kernels" / family / "spec.py")
+    spec_path, h = inferred_spec(kernel, kernel.read_text())
+    inferred = load_spec(spec_path)
+    assert inferred.reference is None and inferred.entry == hand.entry
+    shape = hand.shape_sets["ci"][0]
+    dims = {d.name for d in h.dims}
+    assert dims <= set(shape.as_dict()), (dims, shape)
+    want = hand.make_inputs(shape, hand.dtypes[0], 0, "cpu")
+    got = inferred.make_inputs(Shape.of(**{d: shape[d] for d in dims}), "bfloat16", 0, "cpu")
+    for name, value in got.items():
+        if hasattr(value, "shape"):
+            assert tuple(value.shape) == tuple(want[name].shape), name
+    assert set(inferred.inplace) == set(hand.inplace)
+
+
+def test_fla_delta_rule_layout_is_read_off_the_kernel(fla_corpus):
+    path = fla_corpus / "fla/ops/delta_rule/fused_recurrent.py"
+    h = infer(path, path.read_text())
+    assert h.entry == "fused_recurrent_delta_rule_fwd" and "fused_recurrent_delta_rule_bwd" in h.others
+    assert _shapes(h) == {"q": ("B", "T", "H", "K"), "k": ("B", "T", "H", "K"), "v": ("B", "T", "H", "V"),
+                          "beta": ("B", "T", "H"), "initial_state": ("B", "H", "K", "V")}
+    assert h.outputs == ("o", "u", "final_state") and h.inplace == ()
+    assert {v.name: v.code for v in h.values} == {"scale": "K ** -0.5", "output_final_state": "True"}
+    assert {d.name: d.role for d in h.dims} == {"B": "batch", "T": "tokens", "H": "heads", "K": "head_dim",
+                                               "V": "head_dim"}
+    common = fla_corpus / "fla/ops/common/fused_recurrent.py"  # simple_gla's kernel, Optional gates
+    h = infer(common, common.read_text(), variants=("g", "initial_state"))
+    assert _shapes(h)["g"] == ("B", "T", "H") and [t.values for t in h.tensors if t.name == "g"] == ["log-decay"]
+    with pytest.raises(HarnessError, match="no @triton.jit kernel.*skel capture"):
+        simple = fla_corpus / "fla/ops/simple_gla/fused_recurrent.py"
+        infer(simple, simple.read_text())
+
+
+def test_liger_norm_and_swiglu(liger):
+    rms = liger / "liger_kernel/ops/rms_norm.py"
+    h = infer(rms, rms.read_text())
+    assert h.entry == "rms_norm_forward" and _shapes(h) == {"X": ("n_rows", "n_cols"), "W": ("n_cols",)}
+    assert {v.name: v.code for v in h.values} == {"eps": "1e-6", "offset": "0.0", "casting_mode": "'llama'",
+                                                 "row_mode": "False"}
+    assert h.outputs == ("Y", "_X", "RSTD", "_BLOCK_SIZE", "_num_warps", "_casting_mode")
+    swiglu = liger / "liger_kernel/ops/swiglu.py"
+    h = infer(swiglu, swiglu.read_text())
+    assert _shapes(h) == {"a": ("n_rows", "n_cols"), "b": ("n_rows", "n_cols")} and h.outputs == ("_a", "_b", "c")
+
+
+# -- the gate on inferred harnesses: identical copies accepted, semantic mutants rejected --------------
+FLA_MUTANTS = {
+    "sign": ("b_v -= b_v_minus", "b_v += b_v_minus"),
+    "dropped term": ("b_h += b_k[None, :] * b_v[:, None]", "b_h += b_k[None, :] * 0.0"),
+    "off-by-one mask": ("mask_k = (i_k * BK + tl.arange(0, BK)) < K", "mask_k = (i_k * BK + tl.arange(0, BK)) < K - 1"),
+}
+LIGER_MUTANTS = {
+    "wrong epsilon": ("rstd = rsqrt(mean_square + eps)", "rstd = rsqrt(mean_square + eps * 1e5)"),
+    "sign": ("Y_row = X_row * (offset + W_row)", "Y_row = X_row * (offset - W_row)"),
+}
+
+
+def _judge(target: Path, text: str, tmp_path: Path, name: str, dtype: str):
+    cand = tmp_path / f"{name.replace(' ', '_')}.py"
+    cand.write_text(text)
+    return validate(target, cand, shapes="ci", seeds=(0,), device="cpu", dtype=dtype)
+
+
+@pytest.mark.parametrize("mutant", [None, *FLA_MUTANTS])
+def test_zero_config_gate_on_fla_delta_rule(mutant, fla_corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(fla_corpus))  # the target imports fla
+    target = tmp_path / "delta.py"
+    shutil.copy(fla_corpus / "fla/ops/delta_rule/fused_recurrent.py", target)
+    text = target.read_text()
+    if mutant:
+        old, new = FLA_MUTANTS[mutant]
+        assert old in text
+        text = text.replace(old, new)
+    result = _judge(target, text, tmp_path, mutant or "copy", "bfloat16")
+    assert result.error is None and result.oracle == "original", result.error
+    assert result.accepted == (mutant is None), result.reasons
+    assert any("inferred" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("mutant", [None, *LIGER_MUTANTS])
+def test_zero_config_gate_on_liger_rms_norm(mutant, liger, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(liger))
+    target = tmp_path / "rms_norm.py"
+    shutil.copy(liger / "liger_kernel/ops/rms_norm.py", target)
+    text = target.read_text()
+    if mutant:
+        old, new = LIGER_MUTANTS[mutant]
+        assert old in text
+        text = text.replace(old, new)
+    result = _judge(target, text, tmp_path, mutant or "copy", "float32")
+    assert result.error is None, result.error
+    assert result.accepted == (mutant is None), result.reasons
+
+
+def test_skel_harness_writes_an_editable_spec(fla_corpus, tmp_path, capsys):
+    out = tmp_path / "spec.py"
+    path = fla_corpus / "fla/ops/delta_rule/fused_recurrent.py"
+    assert main(["harness", str(path), "--dims", "H=16", "-o", str(out)]) == 0
+    spec = load_spec(out)
+    assert {s["H"] for s in spec.shape_sets["decode"]} == {16} and {s["B"] for s in spec.shape_sets["decode"]} == {
+        1, 8, 32, 64, 256}
+    assert "q [B, T, H, K]" in capsys.readouterr().out
+    assert main(["harness", str(path), "-o", str(out)]) == 2  # never overwritten without --force
+    assert main(["harness", str(path), "--dims", "Z=3"]) == 2
+    assert "not a dim" in capsys.readouterr().err
