@@ -47,19 +47,24 @@ def test_bind_unknown_file_asks_for_a_harness(tmp_path):
         bind_target(f, f.read_text())
 
 
-def test_dry_run_needs_no_harness_but_judging_does(tmp_path, capsys):
-    """A file no spec judges still gets its candidate diffs in a dry run (nothing executes); a real run asks for --harness."""
+def test_an_unknown_kernel_gets_an_inferred_harness(tmp_path, capsys, monkeypatch):
+    """A kernel no fingerprint knows is bound to the harness inferred from its own launcher (a dry run
+    shows its candidates through it); a file whose harness cannot be inferred still says --harness."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     target = tmp_path / "their_decode.py"
     target.write_text(KDA.read_text().replace("def kda_decode(", "def their_decode("))
     code = main(["apply", str(target), "--dry-run", "--unsafe", "--skeleton", "SK001",
                  "--report-dir", str(tmp_path / "r"), "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert code == 1 and data["output"] is None and data["binding"]["family"] == ""
-    assert "dry run without a spec" in data["binding"]["how"]
+    assert code == 1 and data["output"] is None and data["binding"]["entry"] == "their_decode"
+    assert "harness inferred from launcher their_decode" in data["binding"]["how"]
+    assert "state [N, HV, K, V]" in data["binding"]["how"]
     [cand] = data["candidates"]
     assert cand["label"] == "SK001" and cand["reason"] == "dry run: not validated"
     assert "rsqrt" in (tmp_path / "r" / "candidates" / "candidate_01.py").read_text()
-    code = main(["apply", str(target), "--unsafe", "--skeleton", "SK001", "--device", "cpu", "--report-dir", str(tmp_path / "r2")])
+    lone = tmp_path / "lone.py"
+    lone.write_text(KDA.read_text().split("def kda_decode(")[0])  # kernels, no launcher
+    code = main(["apply", str(lone), "--unsafe", "--skeleton", "SK001", "--device", "cpu", "--report-dir", str(tmp_path / "r2")])
     assert code == 2 and "--harness" in capsys.readouterr().err
 
 
