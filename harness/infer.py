@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts, is_jit, kernel_facts
-from skel.harness.launcher_facts import NO_DEFAULT, LauncherFacts, launches_kernel, module_values, read_launcher
+from skel.harness.launcher_facts import LauncherFacts, launches_kernel, module_values, read_launcher
 from skel.harness.poly import Poly
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
