@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts, is_jit, kernel_facts
-from skel.harness.launcher_facts import LauncherFacts, launches_kernel, module_values, read_launcher
+from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, launches_kernel, module_values, read_launcher
 from skel.harness.poly import Poly
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
@@ -25,6 +25,9 @@ _DECODE = {"tokens": 1, "heads": 32, "head_dim": 128, "hidden": 4096, "pool": 0,
 _CI = {"batch": (2, 1), "tokens": (1, 3), "heads": (2, 2), "head_dim": (32, 24), "hidden": (64, 80),
        "other": (4, 3), "pool": (0, 0)}
 _POW2_CI = {"head_dim": (32, 16), "hidden": (64, 32), "other": (4, 2)}
+
+
+POOL = "POOL"  # the leading dim of a state pool indexed by slot indices
 
 
 class HarnessError(Exception):
@@ -72,6 +75,7 @@ class Harness:
     others: tuple[str, ...] = ()  # other launchers of the file
     written: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)  # output -> (dims, dtype)
     dispatch: tuple[tuple[str, str], ...] = ()  # dim -> expression over the launcher's arguments
+    slots: tuple[str, ...] = ()  # dims of the slot-index tensor: a POOL holds twice as many entries
 
     def to_json(self) -> dict:
         return {"path": str(self.path), "entry": self.entry, "kernel": self.kernel,
@@ -126,12 +130,28 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         raise HarnessError(f"{path}: no launcher {entry!r} (launchers here: {', '.join(sorted(found))})")
     fn = found[entry]
     params = {k: tuple(a.arg for a in n.args.posonlyargs + n.args.args + n.args.kwonlyargs) for k, n in kernels.items()}
-    lf = read_launcher(fn, params, module_values(tree))
+    values_of = module_values(tree)
+    lf = read_launcher(fn, params, values_of)  # every branch: which parameters are tensors at all
     launch = lf.launches[0]
-    kf = kernel_facts(kernels[launch.kernel])
-    binding = {p: ast.unparse(e) for p, e in launch.args.items()}
-    st = _State(lf, kf, binding)
+    kernel = kernels[launch.kernel]
+    st = _State(lf, kernel_facts(kernel), _binding(lf, launch))
+    variants = tuple(variants)
+    for _ in range(3):  # the judged path: read again with the values chosen, until its asserts ask nothing new
+        tensors = _tensor_params(st, variants)
+        env = _env(st, tensors, variants)
+        lf = read_launcher(fn, params, values_of, env)
+        launch = lf.launches[0]
+        more = tuple(sorted(lf.required - set(tensors) - set(variants)))
+        st = _State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n])
+        if not more:
+            break
+        variants += more
+        st.notes.append(f"{', '.join(more)}: required on the default path (the launcher asserts it is not None)")
     tensors = _tensor_params(st, variants)
+    flags = _flags(st, kernel, launch, env)
+    st.kf = kernel_facts(kernel, flags)
+    if flags:
+        st.notes.append("kernel read on the path " + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())))
     _shapes(st, tensors, path)
     dim_list = _dims(st, tensors, dims or {})
     tensor_args = tuple(_tensor_arg(st, t) for t in tensors)
@@ -154,7 +174,8 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     names = {d.name for d in dim_list}
     dispatch = tuple((d, f"{t}.shape[{axis}]") for d, (t, axis) in st.lf.dims.items() if d in names and t in tensors)
     return Harness(path, entry, launch.kernel, fn.lineno, arguments, tensor_args, values, dim_list, outputs,
-                   inplace, tuple(st.notes), others, written, dispatch)
+                   inplace, tuple(st.notes), others, written, dispatch,
+                   next((t.dims for t in tensor_args if t.values.startswith("slots")), ()))
 
 
 # -- which parameters are tensors -------------------------------------------------------------------------
@@ -164,14 +185,92 @@ def _param_of(st: _State, expr: str) -> str | None:
 
 
 def _pointer(st: _State, tensor: str):
-    for kparam, expr in st.binding.items():
-        if _param_of(st, expr) == tensor and kparam in st.kf.pointers:
-            return st.kf.pointers[kparam]
-    return None
+    """How the kernel uses ``tensor`` through every pointer parameter bound to it (h0 and ht may be one)."""
+    uses = [st.kf.pointers[k] for k, e in st.binding.items() if _param_of(st, e) == tensor and k in st.kf.pointers]
+    if not uses:
+        return None
+    first = next((u for u in uses if u.loaded), uses[0])
+    return replace(first, loaded=any(u.loaded for u in uses), stored=any(u.stored for u in uses))
 
 
 def _kernel_param(st: _State, tensor: str) -> str | None:
     return next((k for k, e in st.binding.items() if _param_of(st, e) == tensor and k in st.kf.pointers), None)
+
+
+def _binding(lf: LauncherFacts, launch) -> dict[str, str]:
+    """Kernel parameter -> the launcher's expression, with locals that hold a stride, a dim or an argument
+    replaced by their value (``stride_s = state.stride(0)`` -> ``state.stride(0)``)."""
+    out = {}
+    for kparam, expr in launch.args.items():
+        for _ in range(3):
+            if isinstance(expr, ast.Name) and expr.id in lf.exprs and expr.id not in lf.dims \
+                    and not lf.param(expr.id) and expr.id not in lf.allocs and expr.id not in lf.aliases:
+                value = lf.exprs[expr.id]
+                if isinstance(value, (ast.Name, ast.Constant)) or (isinstance(value, ast.Call) and
+                                                                   ast.unparse(value.func).endswith(".stride")):
+                    expr = value
+                    continue
+            break
+        out[kparam] = ast.unparse(expr)
+    return out
+
+
+def _env(st: _State, tensors: list[str], variants: tuple[str, ...]) -> dict[str, object]:
+    """Each parameter's value on the judged path: given tensors PRESENT, omitted ones None, flags chosen."""
+    env: dict[str, object] = {}
+    for p in st.lf.params:
+        if p.name in tensors:
+            env[p.name] = PRESENT
+        elif p.name in variants:
+            env[p.name] = True if not ("Tensor" in p.annotation or p.name in st.lf.used_as_tensor) else PRESENT
+        elif p.has_default:
+            env[p.name] = p.default
+        elif p.annotation == "bool" or p.name in st.lf.conditions:
+            env[p.name] = p.name in st.lf.gates
+        else:
+            env[p.name] = UNKNOWN
+    return env
+
+
+def _flags(st: _State, kernel: ast.FunctionDef, launch, env: dict[str, object]) -> dict[str, bool]:
+    """The kernel's constexpr flags on the judged path: from the launch's arguments (``FLAG=x is not None``,
+    ``FLAG=flag``), ``triton.heuristics`` lambdas (``args['h0'] is not None``) and the kernel's defaults."""
+    from skel.harness.launcher_facts import _Reader
+
+    reader = _Reader(st.lf, set(), {}, env)
+    flags: dict[str, bool] = {}
+    args = kernel.args.posonlyargs + kernel.args.args + kernel.args.kwonlyargs
+    constexprs = {a.arg for a in args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)}
+    defaults = dict(zip([a.arg for a in kernel.args.args][::-1], kernel.args.defaults[::-1]))
+    for name, default in defaults.items():
+        if name in constexprs and isinstance(default, ast.Constant) and isinstance(default.value, bool):
+            flags[name] = default.value
+    for d in kernel.decorator_list:
+        if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("heuristics") and d.args \
+                and isinstance(d.args[0], ast.Dict):
+            for key, value in zip(d.args[0].keys, d.args[0].values):
+                if isinstance(key, ast.Constant) and isinstance(value, ast.Lambda):
+                    truth = _heuristic(value.body, launch, reader)
+                    if truth is not None:
+                        flags[key.value] = truth
+    for name, expr in launch.args.items():
+        if name in constexprs:
+            truth = reader.truth(expr)
+            if truth is not None:
+                flags[name] = truth
+    return flags
+
+
+def _heuristic(body: ast.AST, launch, reader) -> bool | None:
+    """``args['x'] is not None`` (or ``is None``) with x the launch's argument for kernel parameter x."""
+    if isinstance(body, ast.Compare) and len(body.ops) == 1 and isinstance(body.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(body.left, ast.Subscript) and isinstance(body.left.slice, ast.Constant):
+        arg = launch.args.get(body.left.slice.value)
+        if arg is None:
+            return None
+        test = ast.Compare(left=arg, ops=body.ops, comparators=body.comparators)
+        return reader.truth(test)
+    return None
 
 
 def _tensor_params(st: _State, variants: tuple[str, ...]) -> list[str]:
@@ -263,7 +362,7 @@ def _launcher_polys(st: _State, known: dict[str, tuple[str, ...]]) -> dict[str, 
         if target is None or use.address is None:
             continue
         poly = use.address.rename({r: _rename_root(r, rename) for m, _ in use.address.terms for r in m})
-        polys[target] = _expand_strides(poly, known)
+        polys.setdefault(target, _expand_strides(poly, known, st.lf.aliases))
     return polys
 
 
@@ -276,20 +375,23 @@ def _rename_root(factor: str, rename: dict[str, str]) -> str:
     return rename.get(factor, factor)
 
 
-def _expand_strides(poly: Poly, known: dict[str, tuple[str, ...]]) -> Poly:
+def _expand_strides(poly: Poly, known: dict[str, tuple[str, ...]], aliases: dict[str, str]) -> Poly:
     out = Poly()
     for m, c in poly.terms:
         term = Poly.const(c)
         for f in m:
-            term = term * _stride_poly(f, known)
+            term = term * _stride_poly(f, known, aliases)
         out = out + term
     return out
 
 
-def _stride_poly(factor: str, known: dict[str, tuple[str, ...]]) -> Poly:
-    """``X.stride(i)`` of a contiguous X of known shape -> the product of its later dims."""
+def _stride_poly(factor: str, known: dict[str, tuple[str, ...]], aliases: dict[str, str]) -> Poly:
+    """``X.stride(i)`` of a contiguous X of known shape -> the product of its later dims (else the atom
+    ``X.stride(i)`` with X's alias resolved)."""
     if factor.endswith(")") and ".stride(" in factor:
         tensor, _, rest = factor.partition(".stride(")
+        tensor = aliases.get(tensor, tensor)
+        factor = f"{tensor}.stride({rest}"
         try:
             axis = int(rest[:-1])
         except ValueError:
@@ -315,6 +417,29 @@ def _layout_shape(st: _State, tensor: str, polys: dict[str, Poly], known: dict[s
             st.notes.append(f"'{tensor}' has the shape of '{other}' {list(shape)}: the kernel indexes both alike")
             return shape
     dims = set(st.lf.dims) | {d for shape in known.values() for d in shape}
+    own = f"{tensor}.stride(0)"  # the tensor's own leading stride: whatever its inner dims make it
+    lead = [m for m, _ in poly.terms if own in m]
+    inner = Poly.of({m: c for m, c in poly.terms if own not in m})
+    if len(lead) > 1:
+        return None
+    prefix: list[str] = []
+    if lead:
+        roots = tuple(f for f in lead[0] if f != own)
+        if len(roots) != 1:
+            return None
+        src = KernelFacts.loaded_from(roots[0])
+        if src:  # a slot index into a pool: the leading dim is the pool's
+            prefix = [POOL]
+            st.notes.append(f"'{tensor}' is a pool indexed by the values of '{src}' (slots): leading dim {POOL}")
+        else:
+            span = _span(st, tensor, roots, True, polys, known, dims)
+            if not span:
+                return None
+            prefix = list(span)
+        if not inner.terms:
+            st.notes.append(f"'{tensor}' {prefix}: read off its strides in {st.kf.name}")
+            return tuple(prefix)
+        poly = inner
     terms = sorted(((Counter(f for f in m if not _is_root(f, dims)), tuple(sorted(f for f in m if _is_root(f, dims))))
                     for m, _ in poly.terms), key=lambda t: sum(t[0].values()))
     if not terms or sum(terms[0][0].values()) or any(not roots for _, roots in terms):
@@ -323,6 +448,8 @@ def _layout_shape(st: _State, tensor: str, polys: dict[str, Poly], known: dict[s
     for k, (stride, roots) in enumerate(terms):
         outer = k == len(terms) - 1
         bound = KernelFacts.root_bound(roots[0]) if len(roots) == 1 else None
+        if len(roots) == 1 and roots[0].startswith("loop:") and roots[0][5:] in dims:
+            bound = roots[0][5:]  # a loop index spans [0, its stop)
         span = _span(st, tensor, roots, outer, polys, known, dims)
         if k == 0 and bound and not outer:
             part = [bound]
@@ -339,6 +466,7 @@ def _layout_shape(st: _State, tensor: str, polys: dict[str, Poly], known: dict[s
         # a contiguous layout: the next stride is this one times the dims just placed
         if not outer and terms[k + 1][0] != stride + Counter(part):
             return None
+    shape = prefix + shape
     st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
     return tuple(shape)
 
@@ -406,7 +534,7 @@ def _dims(st: _State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, .
     names: list[str] = []
     for t in tensors:
         for d in st.shapes.get(t, ()):
-            if d not in names and d != "1":
+            if d not in names and d not in ("1", POOL):
                 names.append(d)
     unknown = [d for d in fixed if d not in names]
     if unknown:
@@ -443,6 +571,12 @@ def _tensor_arg(st: _State, t: str) -> TensorArg:
             if adtype == "float32" and st.shapes.get(t) == _alloc_shape(items, st, st.shapes):
                 dtype, why = "float32", f"float32 like '{name}', the launcher's allocation of its shape"
     values, vwhy = "normal", "N(0, 1): the code shows no regime"
+    kparam = _kernel_param(st, t)
+    if kparam in st.kf.index_tensors:
+        padded = kparam in st.kf.skips_negative
+        return TensorArg(t, st.shapes[t], "int32", "slots-padded" if padded else "slots",
+                         f"its values index '{st.kf.index_tensors[kparam]}' in {st.kf.name}: distinct slots of the pool"
+                         + (", about a quarter -1 (the kernel skips negative slots)" if padded else ""))
     if use is not None and use.regime == "log-decay":
         values, vwhy = "log-decay", f"{st.kf.name} takes exp() of it: log-decays in (-inf, 0), logsigmoid(N(0, 1))"
     elif use is not None and use.regime == "positive":

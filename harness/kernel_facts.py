@@ -81,29 +81,48 @@ def _strip(node: ast.AST) -> ast.AST:
             return node
 
 
+class _Assignments(ast.NodeVisitor):
+    """Every assignment in source order (depth first, as the code runs on one path)."""
+
+    def __init__(self, expander: "_Expander"):
+        self.ex = expander
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self.ex._bind(target, node.value)
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> None:
+        stop = None
+        if _call_name(node.iter) == "range" and node.iter.args:
+            last = _strip(node.iter.args[-1] if len(node.iter.args) > 1 else node.iter.args[0])
+            stop = last.id if isinstance(last, ast.Name) else None
+        for name in ast.walk(node.target):
+            if isinstance(name, ast.Name):
+                self.ex.loops[name.id] = stop or name.id  # the loop index spans [0, stop)
+        self.generic_visit(node)
+
+
 class _Expander:
     def __init__(self, fn: ast.FunctionDef, params: tuple[str, ...]):
         self.params = set(params)
-        self.defs: dict[str, ast.AST] = {}
-        self.loops: set[str] = set()
+        self.defs: dict[str, list[ast.AST]] = {}  # name -> its assignments, in source order
+        self.loops: dict[str, str] = {}  # loop index -> the parameter it runs to (or itself)
         self.roots: set[str] = set()
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    self._bind(target, node.value)
-            elif isinstance(node, ast.For):
-                for name in ast.walk(node.target):
-                    if isinstance(name, ast.Name):
-                        self.loops.add(name.id)
+        _Assignments(self).visit(fn)
         self.masks: list[tuple[Poly, str]] = []
-        self._busy: set[str] = set()
+        self._level: dict[str, int] = {}  # name -> which of its assignments is being expanded
 
     def _bind(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Name):
-            self.defs[target.id] = value  # the last assignment in source order (the default path's, usually)
+            self.defs.setdefault(target.id, []).append(value)
         elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
             for t, v in zip(target.elts, value.elts):
                 self._bind(t, v)
+
+    def last(self, name: str) -> ast.AST | None:
+        values = self.defs.get(name)
+        return values[-1] if values else None
 
     def root(self, name: str) -> Poly:
         self.roots.add(name)
@@ -118,15 +137,20 @@ class _Expander:
             if name in self.params:
                 return Poly.atom(name)
             if name in self.loops:
-                return self.root(f"loop:{name}")
-            if name in self.defs and name not in self._busy:
-                self._busy.add(name)
+                return self.root(f"loop:{self.loops[name]}")
+            # the latest assignment; inside it (p = p + ...) a name means its assignment before
+            index = self._level.get(name, len(self.defs.get(name, ()))) - 1
+            if index >= 0:
+                outer = self._level.get(name)
+                self._level[name] = index
                 try:
-                    value = self.defs[name]
-                    poly = self._poly(value)
+                    poly = self._poly(self.defs[name][index])
                     return poly if poly is not None else self.root(name)
                 finally:
-                    self._busy.discard(name)
+                    if outer is None:
+                        self._level.pop(name)
+                    else:
+                        self._level[name] = outer
             return self.root(name)
         poly = self._poly(node)
         return poly if poly is not None else self.root(ast.unparse(node))
@@ -185,7 +209,47 @@ def _divide(m: tuple[str, ...], d: tuple[str, ...]) -> tuple[str, ...] | None:
     return tuple(rest)
 
 
-def kernel_facts(fn: ast.FunctionDef) -> KernelFacts:
+class _Prune(ast.NodeTransformer):
+    """``if FLAG:`` on a constexpr whose value is known keeps only the branch that runs."""
+
+    def __init__(self, flags: dict[str, bool]):
+        self.flags = flags
+
+    def _value(self, test: ast.AST) -> bool | None:
+        if isinstance(test, ast.Name):
+            return self.flags.get(test.id)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._value(test.operand)
+            return None if inner is None else not inner
+        if isinstance(test, ast.BoolOp):
+            values = [self._value(v) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if False in values else (True if all(v is True for v in values) else None)
+            return True if True in values else (False if all(v is False for v in values) else None)
+        return None
+
+    def visit_If(self, node: ast.If):
+        self.generic_visit(node)
+        value = self._value(node.test)
+        if value is None:
+            return node
+        return (node.body if value else node.orelse) or [ast.Pass()]
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        value = self._value(node.test)
+        return node if value is None else (node.body if value else node.orelse)
+
+
+def prune(fn: ast.FunctionDef, flags: dict[str, bool]) -> ast.FunctionDef:
+    """A copy of ``fn`` with the branches of known constexpr flags resolved (the path a launch takes)."""
+    import copy
+
+    return ast.fix_missing_locations(_Prune(flags).visit(copy.deepcopy(fn))) if flags else fn
+
+
+def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> KernelFacts:
+    fn = prune(fn, flags or {})
     args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
     params = tuple(a.arg for a in args)
     constexprs = frozenset(a.arg for a in args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation))
@@ -240,8 +304,8 @@ def kernel_facts(fn: ast.FunctionDef) -> KernelFacts:
 def _splits(ex: _Expander) -> tuple[tuple[str, str, str], ...]:
     """``a = r // X`` and ``b = r % X`` (the same r and X): r spans a's dims then b's."""
     div, mod = {}, {}
-    for name, value in ex.defs.items():
-        value = _strip(value)
+    for name in ex.defs:
+        value = _strip(ex.last(name))
         if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.FloorDiv, ast.Mod)):
             whole = ex.expand(value.left)
             if len(whole.terms) == 1 and len(whole.terms[0][0]) == 1 and whole.terms[0][1] == 1:

@@ -53,13 +53,17 @@ class LauncherFacts:
     used_as_tensor: set[str] = field(default_factory=set)
     conditions: set[str] = field(default_factory=set)  # params tested by `if p:` / `p or ...`
     dim_alias: dict[str, str] = field(default_factory=dict)  # local -> the dim it equals on the default path
-    gates: set[str] = field(default_factory=set)  # params whose `if p:` allocates a tensor (an extra output)
+    gates: set[str] = field(default_factory=set)
+    required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
+    exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
 
 NO_DEFAULT = object()
+PRESENT = "tensor"  # env value of a tensor argument that is given
+UNKNOWN = object()  # env value the inference has not chosen yet
 
 
 def _literal(node: ast.AST | None) -> tuple[bool, object]:
@@ -110,9 +114,37 @@ def _shape_source(node: ast.AST, shapes: dict[str, str]) -> tuple[str, slice | i
 
 
 class _Reader(ast.NodeVisitor):
-    def __init__(self, facts: LauncherFacts, kernels: set[str], module_values: dict[str, object]):
+    def __init__(self, facts: LauncherFacts, kernels: set[str], module_values: dict[str, object],
+                 env: dict[str, object]):
         self.f, self.kernels, self.module_values = facts, kernels, module_values
         self.shapes: dict[str, str] = {}  # local holding a tensor's shape -> tensor
+        self.env = env  # param -> its value on the judged path (None: omitted; PRESENT: a tensor; bools)
+
+    def truth(self, test: ast.AST) -> bool | None:
+        """The value of a test on the judged path, when the parameters' values decide it."""
+        if isinstance(test, ast.Name) and test.id in self.env:
+            value = self.env[test.id]
+            return None if value is UNKNOWN else bool(value)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self.truth(test.operand)
+            return None if inner is None else not inner
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+                and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value is None:
+            name = self.f.aliases.get(test.left.id, test.left.id)
+            if name in self.f.allocs and name not in self.env:
+                return not isinstance(test.ops[0], ast.Is)  # a tensor the launcher allocates is there
+            if isinstance(test.left, ast.Name) and test.left.id == "None":
+                return None
+            if name not in self.env or self.env[name] is UNKNOWN:
+                return None
+            return (self.env[name] is None) == isinstance(test.ops[0], ast.Is)
+        if isinstance(test, ast.BoolOp):
+            values = [self.truth(v) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if False in values else (True if all(v is True for v in values) else None)
+            return True if True in values else (False if all(v is False for v in values) else None)
+        return None
 
     def _dim(self, name: str, tensor: str, axis: int) -> None:
         self.f.dims.setdefault(name, (tensor, axis))
@@ -120,9 +152,21 @@ class _Reader(ast.NodeVisitor):
         self.f.used_as_tensor.add(tensor)
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        value = node.value
+        while isinstance(value, ast.IfExp) and self.truth(value.test) is not None:
+            value = value.body if self.truth(value.test) else value.orelse
         for target in node.targets:
-            self._assign(target, node.value)
+            self._assign(target, value)
+            self._local(target, value)
         self.generic_visit(node)
+
+    def _local(self, target: ast.AST, value: ast.AST) -> None:
+        """Locals the launch passes on: ``s = x.stride(0)`` and the like, to read the kernel's strides."""
+        if isinstance(target, ast.Name):
+            self.f.exprs[target.id] = value
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts):
+                self._local(t, v)
 
     def _assign(self, target: ast.AST, value: ast.AST) -> None:
         src = _shape_source(value, self.shapes)
@@ -214,17 +258,27 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Assert(self, node: ast.Assert) -> None:
         self._check(node.test, True)
+        test = node.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) \
+                and isinstance(test.left, ast.Name) and self.f.param(test.left.id):
+            self.f.required.add(test.left.id)  # assert x is not None on the judged path: x must be given
         self.generic_visit(node)
 
     def visit_If(self, node: ast.If) -> None:
-        raises = node.body and all(isinstance(s, ast.Raise) for s in node.body)
-        if raises:
-            self._check(node.test, False)
         if isinstance(node.test, ast.Name):
             self.f.conditions.add(node.test.id)
             if any(isinstance(n, ast.Call) and (getattr(n.func, "attr", "") in _ALLOC or getattr(n.func, "id", "") in _ALLOC)
                    for stmt in node.body for n in ast.walk(stmt)):
                 self.f.gates.add(node.test.id)
+        taken = self.truth(node.test)
+        if taken is not None:  # the judged path decides it: read only the branch that runs
+            self.visit(node.test)
+            for stmt in node.body if taken else node.orelse:
+                self.visit(stmt)
+            return
+        raises = node.body and all(isinstance(s, ast.Raise) for s in node.body)
+        if raises:
+            self._check(node.test, False)
         self.generic_visit(node)
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
@@ -313,9 +367,11 @@ def _tests_none(test: ast.AST) -> bool:
 
 
 def read_launcher(fn: ast.FunctionDef, kernels: dict[str, tuple[str, ...]],
-                  module_values: dict[str, object]) -> LauncherFacts:
+                  module_values: dict[str, object], env: dict[str, object] | None = None) -> LauncherFacts:
+    """The launcher's facts on the path ``env`` (param -> value; None omitted, PRESENT given) takes;
+    branches the values do not decide are all read."""
     facts = LauncherFacts(fn.name, fn.lineno, launcher_params(fn))
-    reader = _Reader(facts, kernels, module_values)
+    reader = _Reader(facts, kernels, module_values, env or {})
     for stmt in fn.body:
         reader.visit(stmt)
     return facts

@@ -45,7 +45,8 @@ def render(h: Harness) -> str:
     ci, decode = shape_sets(h)
     return env.get_template("spec.py.j2").render(
         h=h, dims=[d.name for d in h.dims], value_code={v.name: v.code for v in h.values}, written=h.written,
-        pool="", family=f"inferred:{h.path.stem}.{h.entry}", ci=[_shape_args(s) for s in ci],
+        family=f"inferred:{h.path.stem}.{h.entry}", ci=[_shape_args(s) for s in ci],
         decode=[_shape_args(s) for s in decode], dispatch=h.dispatch,
         description=f"inferred from {h.path.name}: {h.entry} launching {h.kernel}",
+        slots_in_shape=" * ".join(f"shape[{d!r}]" for d in h.slots),
     )

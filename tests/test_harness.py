@@ -92,10 +92,12 @@ LIGER_MUTANTS = {
 }
 
 
-def _judge(target: Path, text: str, tmp_path: Path, name: str, dtype: str):
+def _judge(target: Path, text: str, tmp_path: Path, name: str, dtype: str, spec: Path | None = None):
     cand = tmp_path / f"{name.replace(' ', '_')}.py"
     cand.write_text(text)
-    return validate(target, cand, shapes="ci", seeds=(0,), device="cpu", dtype=dtype)
+    # a mutant needs one shape to fail; an identical copy is judged on every ci shape
+    shapes = "ci" if name == "copy" else [load_spec(spec).shape_sets["ci"][0].label] if spec else "ci"
+    return validate(target, cand, shapes=shapes, seeds=(0,), device="cpu", dtype=dtype, spec=spec)
 
 
 @pytest.mark.parametrize("mutant", [None, *FLA_MUTANTS])
@@ -142,3 +144,32 @@ def test_skel_harness_writes_an_editable_spec(fla_corpus, tmp_path, capsys):
     assert main(["harness", str(path), "-o", str(out)]) == 2  # never overwritten without --force
     assert main(["harness", str(path), "--dims", "Z=3"]) == 2
     assert "not a dim" in capsys.readouterr().err
+
+
+KDA_POOL_MUTANTS = {  # the slot of the request after this one: a wrong index into the state pool
+    "wrong index": ("ssm_state_indices + i_n * stride_indices_seq + i_t",
+                    "ssm_state_indices + ((i_n + 1) % N) * stride_indices_seq + i_t"),
+}
+
+
+@pytest.mark.parametrize("mutant", [None, *KDA_POOL_MUTANTS])
+def test_zero_config_gate_on_fla_kda_continuous_batching(mutant, fla_corpus, tmp_path, monkeypatch):
+    """fla-core's KDA decode through its serving path: a state pool read and written in place at the slots
+    ssm_state_indices names (inferred: a pool twice the slots, distinct valid slots)."""
+    monkeypatch.syspath_prepend(str(fla_corpus))
+    target = tmp_path / "kda.py"
+    shutil.copy(fla_corpus / "fla/ops/kda/fused_recurrent.py", target)
+    spec = tmp_path / "spec.py"
+    assert main(["harness", str(target), "--variant", "ssm_state_indices", "-o", str(spec)]) == 0
+    h = infer(target, target.read_text(), variants=("ssm_state_indices",))
+    tensors = {t.name: t for t in h.tensors}
+    assert tensors["initial_state"].dims == ("POOL", "HV", "K", "V") and h.inplace == ("initial_state",)
+    assert tensors["ssm_state_indices"].dims == ("B", "T") and tensors["ssm_state_indices"].values == "slots"
+    text = target.read_text()
+    if mutant:
+        old, new = KDA_POOL_MUTANTS[mutant]
+        assert old in text
+        text = text.replace(old, new, 1)
+    result = _judge(target, text, tmp_path, mutant or "copy", "bfloat16", spec)
+    assert result.error is None, result.error
+    assert result.accepted == (mutant is None), result.reasons
