@@ -79,13 +79,18 @@ def test_signature_problem():
     assert "cannot take (q, k)" in signature_problem(bad, ("q", "k"))
 
 
-def test_target_resolution(tmp_path):
+def test_target_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert resolve_target("kda_decode").kernel == KDA.resolve()
     assert resolve_target(str(KDA)).spec.name == "spec.py"
     copy = tmp_path / "my_kda.py"
     shutil.copy(KDA, copy)
-    with pytest.raises(TargetError, match="no spec for target"):
-        resolve_target(copy)
+    inferred = resolve_target(copy)  # no spec anywhere: the one inferred from its launcher
+    assert inferred.inferred and inferred.spec.name == "spec.py" and inferred.spec.parent != copy.parent
+    no_launcher = tmp_path / "lone.py"
+    no_launcher.write_text(KDA.read_text().split("def kda_decode(")[0])
+    with pytest.raises(TargetError, match="no spec for target.*none can be inferred"):
+        resolve_target(no_launcher)
     assert resolve_target(copy, "kda_decode").spec == KDA.parent.resolve() / "spec.py"
     with pytest.raises(TargetError, match="neither a family"):
         resolve_target("no_such_family")

@@ -199,6 +199,7 @@ def scratch_env(scratch: str, keep_triton_cache: str | None) -> dict[str, str]:
         "XDG_CACHE_HOME": os.path.join(scratch, "cache"),
         "TRITON_HOME": os.path.join(scratch, "triton-home"),
         "TRITON_CACHE_DIR": keep_triton_cache or os.path.join(scratch, "triton-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "cache", "torchinductor"),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     for key in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_HOME", "TRITON_CACHE_DIR"):
@@ -218,7 +219,7 @@ def contain(scratch: str, writable_extra: tuple[str, ...], keep_fds: tuple[int, 
     os.environ.update(scratch_env(scratch, triton_cache))
     for key in ("PWD", "OLDPWD"):  # where the judge was started says nothing the worker needs
         os.environ.pop(key, None)
-    tempfile.tempdir = None
+    tempfile.tempdir = os.environ["TMPDIR"]  # not merely unset: a module loaded before may have cached /tmp
     os.chdir(os.path.join(scratch, "work") if os.path.isdir(os.path.join(scratch, "work")) else scratch)
     sys.dont_write_bytecode = True
     _close_other_fds(keep_fds)
