@@ -22,6 +22,7 @@ COMMANDS = (
     "skel.commands.catalog",
     "skel.commands.validate",
     "skel.commands.apply",
+    "skel.commands.capture",
     "skel.commands.mcp",
 )
 
