@@ -97,6 +97,9 @@ def _plan(launcher: str, spec_file: str, calls: list[RecordedCall], static_names
                     tuple(notes + ci_notes))
 
 
+_KINDS = {"none": "None", "value": "a plain value", "other": "not a tensor"}
+
+
 def _output_names(calls: list[RecordedCall], static_names: tuple[str, ...], notes: list[str]) -> tuple[str, ...]:
     """A name per returned value: the launcher's own (``return o, state``) where it is a plain name, else
     out<i>; "_"-prefixed (passed over) unless every call returned a fresh tensor there."""
@@ -111,8 +114,9 @@ def _output_names(calls: list[RecordedCall], static_names: tuple[str, ...], note
         elif all(item.kind == "tensor" for item in items):
             name, why = (f"{base}_out" if base in arg_names else base), ""
         else:
-            kinds = sorted({item.kind for item in items})
-            name, why = f"_{base}", f"it is {'/'.join(kinds)} in some calls"
+            kinds = sorted({_KINDS[item.kind] for item in items if item.kind != "tensor"})
+            name, why = f"_{base}", f"it is {' or '.join(kinds)}" + (" in some calls" if any(
+                item.kind == "tensor" for item in items) else "")
         while name in names:
             name += "_"
         names.append(name)

@@ -112,6 +112,64 @@ def test_captured_spec_judges_in_a_fresh_process(captured, tmp_path):
     assert "SK001: numerics passed; performance not measured" in apply.stdout, apply.stdout + apply.stderr
 
 
+OPS = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _acc_kernel(x_ptr, sx0, sx1, acc_ptr, o_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    acc = tl.load(acc_ptr + r * N + offs, mask=m, other=0.0) + 2.0 * tl.load(x_ptr + r * sx0 + offs * sx1, mask=m)
+    tl.store(acc_ptr + r * N + offs, acc, mask=m)
+    tl.store(o_ptr + r * N + offs, acc * 0.5, mask=m)
+
+
+def accumulate(x, acc, flag=None):
+    o = torch.empty_like(acc)
+    _acc_kernel[(x.shape[0],)](x, x.stride(0), x.stride(1), acc, o, N=x.shape[1], BLOCK=16)
+    return o, acc, None, 3
+"""
+
+TEST_OPS = """\
+import torch
+from pkg.ops import accumulate
+
+
+def test_accumulate():
+    for rows in (3, 5):
+        x = torch.randn(16, rows).t()  # a transposed view: not contiguous
+        acc = torch.zeros(rows, 16)
+        for _ in range(3):
+            o, same, _, n = accumulate(x, acc, flag=True)
+        assert same is acc and n == 3
+"""
+
+
+def test_a_pytest_run_captures_layouts_and_a_mixed_return(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "ops.py").write_text(OPS)
+    (tmp_path / "test_ops.py").write_text(TEST_OPS)
+    proc = skel("capture", "--entry", "pkg/ops.py", "-o", "cap", "--", "pytest", "-q", "-p", "no:cacheprovider",
+                "test_ops.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "accumulate: 6 call(s), 2 signature(s), 4 kept" in proc.stdout, proc.stderr
+    spec = load_spec(tmp_path / "cap" / "spec.py")
+    # o is compared; the handed-back input, the None and the int are passed over; acc is in place
+    assert spec.outputs == ("o", "_acc", "_out2", "_out3") and spec.inplace == ("acc",)
+    x = spec.make_inputs(Shape.parse("call0-N3"), "float32", 0, "cpu")["x"]
+    assert x.stride() == (1, 3) and x.shape == (3, 16)  # replayed with the layout the kernel was given
+    copy = tmp_path / "copy" / "ops.py"
+    copy.parent.mkdir()
+    copy.write_text(OPS)
+    ok = skel("validate", "pkg/ops.py", str(copy), "--spec", "cap/spec.py", "--device", "cpu", "--seeds", "0",
+              cwd=tmp_path)
+    assert ok.returncode == 0 and "ACCEPTED" in ok.stdout, ok.stdout + ok.stderr
+
+
 # -- what fails, and says so ---------------------------------------------------------------------
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
     code = main(list(argv))
