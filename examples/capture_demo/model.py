@@ -9,6 +9,7 @@ import torch
 from kernel import decay_step
 
 H, D, LAYERS, TOKENS = 2, 32, 2, 3
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class ToyDecoder(torch.nn.Module):
@@ -28,10 +29,10 @@ class ToyDecoder(torch.nn.Module):
 
 def main() -> None:
     torch.manual_seed(0)
-    model = ToyDecoder()
+    model = ToyDecoder().to(DEVICE)
     for batch in (2, 3):
-        states = [torch.zeros(batch, H, D) for _ in range(LAYERS)]
-        h = torch.randn(batch, H, D)
+        states = [torch.zeros(batch, H, D, device=DEVICE) for _ in range(LAYERS)]
+        h = torch.randn(batch, H, D, device=DEVICE)
         for _ in range(TOKENS):
             h = model.step(h, states)
         print(f"batch {batch}: |h| = {h.norm():.4f}")
