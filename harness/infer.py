@@ -15,8 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from skel.harness.kernel_facts import KernelFacts, is_jit, kernel_facts
-from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, launches_kernel, module_values, read_launcher
+from skel.harness.kernel_facts import KernelFacts, kernel_facts
+from skel.harness.launchers import jit_functions, launcher_functions
+from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, module_values, read_launcher
 from skel.harness.poly import Poly
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
@@ -97,13 +98,6 @@ class _State:
     notes: list[str] = field(default_factory=list)
 
 
-def launchers(tree: ast.Module) -> tuple[dict[str, ast.FunctionDef], dict[str, ast.FunctionDef]]:
-    kernels = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and is_jit(n)}
-    found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and not is_jit(n)
-             and launches_kernel(n, set(kernels))}
-    return kernels, found
-
-
 def _rank(name: str) -> tuple[int, str]:
     low = name.lower()
     backward = any(w in low for w in ("bwd", "backward", "grad"))
@@ -116,7 +110,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise HarnessError(f"{path}:{exc.lineno}: does not parse: {exc.msg}") from None
-    kernels, found = launchers(tree)
+    kernels, found = jit_functions(tree), launcher_functions(tree)
     if not kernels:
         raise HarnessError(f"{path}: no @triton.jit kernel in this file: judge the file that defines the kernels it"
                            " calls (skel harness THAT_FILE), or record real calls of this one with skel capture")

@@ -54,15 +54,6 @@ class KernelFacts:
         return root[len(_LOAD_ROOT):] if root.startswith(_LOAD_ROOT) else None
 
 
-def is_jit(fn: ast.FunctionDef) -> bool:
-    for d in fn.decorator_list:
-        target = d.func if isinstance(d, ast.Call) else d
-        text = ast.unparse(target)
-        if text.endswith("jit") or text.endswith("triton.jit"):
-            return True
-    return False
-
-
 def _call_name(node: ast.AST) -> str:
     if isinstance(node, ast.Call):
         f = node.func

@@ -377,11 +377,6 @@ def read_launcher(fn: ast.FunctionDef, kernels: dict[str, tuple[str, ...]],
     return facts
 
 
-def launches_kernel(fn: ast.FunctionDef, kernels: set[str]) -> bool:
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
-               and n.func.value.id in kernels for n in ast.walk(fn))
-
-
 def module_values(tree: ast.Module) -> dict[str, object]:
     """Module-level names bound to literals (dicts, tuples, numbers), for ``x in NAME`` checks."""
     out: dict[str, object] = {}

@@ -23,6 +23,7 @@ COMMANDS = (
     "skel.commands.validate",
     "skel.commands.apply",
     "skel.commands.harness",
+    "skel.commands.capture",
     "skel.commands.mcp",
 )
 

@@ -329,6 +329,7 @@ class Candidate(Role):
         """One call on the judge's inputs, its allocations poisoned; hands over the outputs and every
         tensor argument as the call left it (the judge checks that inputs are unchanged)."""
         from skel.validate.numerics import CallFailed, poison_allocator, poisoned_allocations, run_call
+        from skel.validate.spec import passed_over
 
         args = self.received(message)
         outputs, inplace = tuple(message["outputs"]), tuple(message["inplace"])
@@ -338,7 +339,7 @@ class Candidate(Role):
                 result = run_call(self.launcher, args, outputs, inplace, self.device, self.path)
         except CallFailed as exc:
             return {"failed": str(exc)}
-        named = [(f"out.{k}", result.outputs[k]) for k in outputs if k in result.outputs]  # "_x": passed over
+        named = [(f"out.{k}", result.outputs[k]) for k in outputs if not passed_over(k)]  # "_x": not handed back
         named += [(f"arg.{k}", v) for k, v in args.items() if _is_tensor(v)]
         return {"tensors": self.hand_over(named), "aliased": result.aliased}
 
