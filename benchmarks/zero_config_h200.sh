@@ -26,7 +26,7 @@ run() {  # name, shapes, target, extra args...
   local name=$1 shapes=$2 target=$3; shift 3
   echo "=== $name: skel apply $target --shapes $shapes $*"
   local t0=$(date +%s)
-  timeout 290 python3 -m skel apply "$target" --unsafe --shapes "$shapes" --report-dir "$OUT/$name" --json "$@" \
+  timeout ${SKEL_JOB_TIMEOUT:-190} python3 -m skel apply "$target" --unsafe --shapes "$shapes" --report-dir "$OUT/$name" --json "$@" \
     > "$OUT/$name.json" 2> "$OUT/$name.log"
   echo "exit $? after $(( $(date +%s) - t0 )) s"; tail -n 5 "$OUT/$name.log"
   tar czf "$DEST/zero_config_h200.tgz" -C "$OUT" .  # after every job: a call cut short still returns its results
