@@ -34,19 +34,19 @@ run() {  # name, shapes, target, extra args...
 for job in ${@:-delta_hand delta_zero simple_gla_zero kda_pool_zero rms_norm_zero swiglu_zero}; do
   case $job in
     delta_hand) run delta_hand "$(delta N32-T1-H32-K128-V128 N64-T1-H32-K128-V128 N64-T8-H32-K128-V128)" \
-      /tmp/work/fla_delta.py --harness examples/fla_delta_rule/spec.py --skeleton SK002 --max-candidates 6 --no-record ;;
+      /tmp/work/fla_delta.py --harness examples/fla_delta_rule/spec.py --skeleton SK002 --max-candidates ${SKEL_MAX_CANDIDATES:-6} --no-record ;;
     delta_zero) run delta_zero "$(delta B32-T1-H32-K128-V128 B64-T1-H32-K128-V128 B64-T8-H32-K128-V128)" \
-      /tmp/work/fla_delta.py --skeleton SK002 --max-candidates 6 --no-record ;;
+      /tmp/work/fla_delta.py --skeleton SK002 --max-candidates ${SKEL_MAX_CANDIDATES:-6} --no-record ;;
     simple_gla_zero) run simple_gla_zero "$(delta B1-T1-H32-K128-V128 B64-T1-H32-K128-V128 B64-T8-H32-K128-V128)" \
-      /tmp/work/fla_common_recurrent.py --max-candidates 6 ;;
+      /tmp/work/fla_common_recurrent.py --max-candidates ${SKEL_MAX_CANDIDATES:-6} ;;
     kda_pool_zero)
       python3 -m skel harness /tmp/work/fla_kda_pool.py --variant ssm_state_indices -o "$OUT/kda_pool_spec.py" --force
       run kda_pool_zero "$(delta B1-T1-H32-K128-HV32-V128 B64-T1-H32-K128-HV32-V128 B256-T1-H32-K128-HV32-V128)" \
-        /tmp/work/fla_kda_pool.py --harness "$OUT/kda_pool_spec.py" --max-candidates 6 ;;
+        /tmp/work/fla_kda_pool.py --harness "$OUT/kda_pool_spec.py" --max-candidates ${SKEL_MAX_CANDIDATES:-6} ;;
     rms_norm_zero) run rms_norm_zero "$(delta n_rows1-n_cols4096 n_rows64-n_cols4096 n_rows256-n_cols4096)" \
-      /tmp/work/liger_rms_norm.py --max-candidates 6 ;;
+      /tmp/work/liger_rms_norm.py --max-candidates ${SKEL_MAX_CANDIDATES:-6} ;;
     swiglu_zero) run swiglu_zero "$(delta n_rows1-n_cols4096 n_rows64-n_cols4096 n_rows256-n_cols4096)" \
-      /tmp/work/liger_swiglu.py --max-candidates 6 ;;
+      /tmp/work/liger_swiglu.py --max-candidates ${SKEL_MAX_CANDIDATES:-6} ;;
     *) echo "unknown job $job" ;;
   esac
 done

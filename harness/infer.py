@@ -583,8 +583,14 @@ def _values(st: _State, tensors: list[str], variants: tuple[str, ...], dims: set
     for p in st.lf.params:
         if p.name in tensors:
             continue
-        if p.has_default and p.name not in variants:
+        kparam = next((k for k, e in st.binding.items() if _param_of(st, e) == p.name), None)
+        unfilled = (p.has_default and p.default is None and p.name not in st.lf.exprs and kparam is not None
+                    and st.kf.scalar_use.get(kparam) in ("scale", "eps", "offset"))
+        if p.has_default and p.name not in variants and not unfilled:
             continue  # the default path: the launcher's own default
+        if unfilled:
+            st.notes.append(f"'{p.name}' defaults to None, which the launcher passes to {st.kf.name} unreplaced"
+                            f" (its callers fill it): given a value")
         if p.name in st.lf.choices:
             choice = st.lf.choices[p.name][0]
             out.append(ValueArg(p.name, repr(choice), f"the first value the launcher's check allows {st.lf.choices[p.name]}"))
