@@ -48,5 +48,6 @@ def render(h: Harness) -> str:
         family=f"inferred:{h.path.stem}.{h.entry}", ci=[_shape_args(s) for s in ci],
         decode=[_shape_args(s) for s in decode], dispatch=h.dispatch,
         description=f"inferred from {h.path.name}: {h.entry} launching {h.kernel}",
+        batch=next((d.name for d in h.dims if d.role == "batch"), "N"),
         slots_in_shape=" * ".join(f"shape[{d!r}]" for d in h.slots),
     )

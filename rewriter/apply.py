@@ -223,13 +223,13 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
     if perf_measured:  # second round: compose the rest on top of each bucket's measured winner
         refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only,
-                          skipped)
+                          skipped, binding.batch)
         for k, (cand, origin) in enumerate(refined, 1):
             judged = judge(cand, len(outcomes) + 1, f"second round {k}/{len(refined)}")
             outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}", round=2))
     runoffs: list = []
     runoff = _runoff(binding, device, options, progress, lambda: machine) if perf_measured else None
-    winners, outcomes = choose_winners(outcomes, perf_measured, precision_only, runoff, runoffs)
+    winners, outcomes = choose_winners(outcomes, perf_measured, precision_only, runoff, runoffs, binding.batch)
     output = None
     notes: list[str] = []
     if winners and not options.dry_run:
@@ -256,14 +256,14 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
 
 def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOutcome], codes: list[str],
             library: Library, rewrite_options: RewriteOptions, options: ApplyOptions,
-            precision_only: frozenset, skipped: list) -> list[tuple[Candidate, str]]:
+            precision_only: frozenset, skipped: list, batch: str = "N") -> list[tuple[Candidate, str]]:
     """New candidates for the second round, each with the winner it was built on: the structural skeletons
     composed on top of each bucket's first-round winner, with the winner's own variants (candidates.refine).
     A winner with no new composition, or whose composition was already judged, is said in ``skipped``."""
     from skel.rewriter.candidates import refine
     from skel.rewriter.select import choose_winners
 
-    winners, _ = choose_winners(outcomes, True, precision_only)
+    winners, _ = choose_winners(outcomes, True, precision_only, batch=batch)
     by_label = {c.label: c for c in candidates}
     judged = {c.source for c in candidates}
     buckets: dict[str, list[str]] = {}

@@ -26,12 +26,13 @@ from skel.validate.spec import Shape
 BATCH_DIM = "N"
 
 
-def bucket_of(label: str) -> str:
+def bucket_of(label: str, batch: str = BATCH_DIM) -> str:
+    """The shape bucket of a shape label: every dim but the batch-like one (the spec's ``batch``)."""
     try:
         shape = Shape.parse(label)
     except ValueError:
         return label
-    rest = [f"{k}{v}" for k, v in shape.dims if k != BATCH_DIM]
+    rest = [f"{k}{v}" for k, v in shape.dims if k != batch]
     return "-".join(rest) or "all"
 
 
@@ -96,7 +97,7 @@ def more_accurate(outcome) -> str | None:
 
 def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozenset = frozenset(),
                    runoff: Callable[[str, object, object, list[str]], Runoff] | None = None,
-                   runoffs: list | None = None) -> tuple[list, list]:
+                   runoffs: list | None = None, batch: str = BATCH_DIM) -> tuple[list, list]:
     """Returns ([(bucket, winning outcome)], outcomes with accepted/reason updated).
 
     ``precision_only``: labels of candidates made only of precision skeletons; those are
@@ -110,7 +111,7 @@ def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozense
                 if o.label in precision_only and o.numerics_passed and o.gate and (why := more_accurate(o))}
     if accurate:
         best = next(o for o in outcomes if o.label in accurate)
-        buckets = sorted({bucket_of(s["shape"]) for s in best.gate["shapes"]})
+        buckets = sorted({bucket_of(s["shape"], batch) for s in best.gate["shapes"]})
         updated = [dataclasses.replace(o, accepted=True, reason=f"{accurate[o.label]}; {o.reason}") if o is best else o
                    for o in outcomes]
         return [(b, best) for b in buckets], updated
@@ -120,7 +121,7 @@ def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozense
             continue
         buckets: dict[str, list[dict]] = {}
         for s in o.gate["shapes"]:
-            buckets.setdefault(bucket_of(s["shape"]), []).append(s)
+            buckets.setdefault(bucket_of(s["shape"], batch), []).append(s)
         for bucket, shapes in buckets.items():
             perfs = [s.get("perf") for s in shapes]
             if any(p is None for p in perfs):
@@ -137,7 +138,7 @@ def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozense
         how = ""
         close = [(g, o) for g, o in ranked[1:] if g >= geo / (1 + RUNOFF_WITHIN)][:MAX_CHALLENGERS]
         if runoff is not None and close:
-            shapes = [s["shape"] for s in best.gate["shapes"] if bucket_of(s["shape"]) == bucket]
+            shapes = [s["shape"] for s in best.gate["shapes"] if bucket_of(s["shape"], batch) == bucket]
             for challenger_geo, challenger in close:
                 r = runoff(bucket, best, challenger, shapes)
                 if runoffs is not None:

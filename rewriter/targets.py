@@ -58,6 +58,7 @@ class TargetBinding:
     entry: str  # function the gate calls in the target and in each candidate
     how: str  # "recognised as ..." or "harness ..."
     dims: tuple[tuple[str, str], ...] = ()
+    batch: str = "N"  # the spec's batch-like dim (shape buckets are the other dims)
 
     def to_json(self) -> dict:
         return {"path": str(self.path), "family": self.family, "spec": str(self.spec) if self.family else None,
@@ -115,7 +116,7 @@ def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetB
     shapes = "; ".join(f"{t.name} [{', '.join(t.dims)}]" for t in harness.tensors)
     return TargetBinding(path, bound.family, spec, bound.entry,
                          f"harness inferred from launcher {harness.entry} (oracle: the original kernel, tolerance"
-                         f" calibrated; {shapes}; spec {spec})", bound.dims)
+                         f" calibrated; {shapes}; spec {spec})", bound.dims, bound.batch)
 
 
 def _bind_harness(path: Path, harness: Path) -> TargetBinding:
@@ -128,7 +129,7 @@ def _bind_harness(path: Path, harness: Path) -> TargetBinding:
     except (TargetError, GateInputError) as exc:
         raise UsageError(str(exc)) from None
     # dims the spec does not give are inferred when a dispatch needs them (dispatch_dims), not at every bind
-    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}", tuple(spec.dims))
+    return TargetBinding(path, spec.family, ref.spec, spec.entry, f"harness {harness}", tuple(spec.dims), spec.batch)
 
 
 def dispatch_dims(binding: TargetBinding) -> tuple[tuple[tuple[str, str], ...], str]:

@@ -114,6 +114,7 @@ class TargetSpec:
     checks: Mapping[str, OutputCheck] = field(default_factory=dict)
     description: str = ""
     dims: tuple[tuple[str, str], ...] = ()  # (dim, expression over the entry's arguments), e.g. ("T", "q.shape[1]")
+    batch: str = "N"  # the batch-like dim: `skel apply` picks one winner per shape bucket of the other dims
 
     def __post_init__(self) -> None:
         missing = {"ci", "decode"} - set(self.shape_sets)
@@ -135,7 +136,7 @@ class TargetSpec:
     def info(self) -> "SpecInfo":
         return SpecInfo(self.family, self.entry, self.outputs, self.inplace, dict(self.shape_sets),
                         dict(self.tolerances), self.dtypes, tuple(self.checks), self.description, self.dims,
-                        "reference" if self.reference is not None else "original")
+                        "reference" if self.reference is not None else "original", self.batch)
 
 
 def passed_over(output: str) -> bool:
@@ -176,6 +177,7 @@ class SpecInfo:
     description: str = ""
     dims: tuple[tuple[str, str], ...] = ()
     oracle: str = "reference"  # "reference": the spec's float64 reference; "original": calibrated self-oracle
+    batch: str = "N"
 
     @property
     def compared_outputs(self) -> tuple[str, ...]:
@@ -193,7 +195,7 @@ class SpecInfo:
             "shape_sets": {k: [s.label for s in v] for k, v in self.shape_sets.items()},
             "tolerances": {k: [t.rel_rms, t.max_abs] for k, t in self.tolerances.items()},
             "dtypes": list(self.dtypes), "checks": list(self.checks), "description": self.description,
-            "dims": [list(d) for d in self.dims], "oracle": self.oracle,
+            "dims": [list(d) for d in self.dims], "oracle": self.oracle, "batch": self.batch,
         }
 
     @classmethod
@@ -205,6 +207,7 @@ class SpecInfo:
             tolerances={k: Tolerance(float(r), float(a)) for k, (r, a) in value["tolerances"].items()},
             dtypes=tuple(value["dtypes"]), checks=tuple(value["checks"]), description=str(value["description"]),
             dims=tuple((str(a), str(b)) for a, b in value["dims"]), oracle=str(value.get("oracle", "reference")),
+            batch=str(value.get("batch", "N")),
         )
 
 
