@@ -9,13 +9,14 @@ through a pipe; ``work(slice)`` must therefore depend on its slice and inherited
 A child that fails for any reason (killed, out of memory, an exception, a result that does not
 pickle) has its slice done again here, so the answer is always ``[work(s) for s in slices]``,
 exceptions included. Children die with this process (``skel.procs.die_with_parent``) and never
-run this process's exit handlers (``os._exit``).
+run this process's exit handlers (``os._exit``). Only a single-threaded process forks.
 """
 from __future__ import annotations
 
 import os
 import pickle
 import signal
+import threading
 from typing import Callable, Sequence, TypeVar
 
 from skel.procs import die_with_parent
@@ -32,9 +33,11 @@ def slices(items: Sequence[T], parts: int) -> list[Sequence[T]]:
 
 def map_parts(work: Callable[[Sequence[T]], R], items: Sequence[T], parts: int) -> list[R]:
     """``[work(s) for s in slices(items, parts)]``, all slices but the first in forked children."""
-    if parts <= 1 or not hasattr(os, "fork"):
-        return [work(items)]
-    cut = slices(items, parts)
+    # Another thread may hold a lock at the fork (the import lock, a logger's) that the child then
+    # waits on forever: a process with threads (the MCP server) does its work itself.
+    cut = slices(items, max(1, parts))
+    if len(cut) == 1 or not hasattr(os, "fork") or threading.active_count() > 1:
+        return [work(part) for part in cut]
     children: list[tuple[int, int]] = []
     try:
         for part in cut[1:]:

@@ -163,6 +163,20 @@ def test_a_part_whose_child_fails_is_done_again_here(how):
     assert map_parts(work, items, 3) == [[2 * x for x in s] for s in slices(items, 3)]
 
 
+def test_a_process_with_threads_does_every_part_itself():
+    import threading
+
+    parent, started, stop = os.getpid(), threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: (started.set(), stop.wait()))
+    t.start()
+    started.wait()
+    try:
+        assert map_parts(lambda part: [os.getpid() == parent for _ in part], list(range(6)), 3) == [[True] * 2] * 3
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_a_syntax_error_is_the_files_own_whatever_the_blocks(monkeypatch):
     broken = AWKWARD.replace("def tuned(x, n, BS: tl.constexpr):", "def tuned(x, n, BS: tl.constexpr)", 1)
     with pytest.raises(SyntaxError) as whole:
