@@ -13,7 +13,7 @@ launch sites in ``cuda_launch``; this module finds kernels and their parameters.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from skel.miner.cuda_body import analyze_body, dtypes_in
@@ -23,7 +23,7 @@ from skel.miner.cuda_positions import Covered, Positions, byte_offsets
 from skel.miner.gc_pause import gc_paused
 from skel.miner.profile import KernelProfile, Param
 
-__all__ = ["profile_source", "profile_file", "kernel_definition_lines"]
+__all__ = ["CudaFile", "read_source", "profile_source", "profile_file", "kernel_definition_lines"]
 
 # "__global__" as a word. The word boundary before it is checked by hand (``_global_offsets``):
 # a leading \b keeps the regex engine from jumping between occurrences of the literal.
@@ -72,19 +72,42 @@ def profile_source(text: str, path: str) -> list[KernelProfile]:
     ``__global__`` functions and none of them can be parsed.
     """
     with gc_paused():
-        return _profile_source(text, path)
+        source = read_source(text, path)
+        return source.profiles(source.kernels)
 
 
-def _profile_source(text: str, path: str) -> list[KernelProfile]:
+@dataclass(frozen=True)
+class CudaFile:
+    """One parsed file: its kernels in source order and what profiling each of them needs.
+
+    ``profiles(kernels)`` profiles any of them; each profile depends on its kernel and the file
+    only, so slices of ``kernels`` profiled apart and joined in order give the whole file's.
+    """
+
+    path: str
+    kernels: tuple[_Kernel, ...] = ()
+    code_bytes: bytes = b""
+    last_line: int = 0
+    launches: dict = field(default_factory=dict)  # kernel name -> launch sites, in file order
+    device_fns: dict = field(default_factory=dict)  # __device__ function name -> line
+    notes: tuple[str, ...] = ()
+
+    def profiles(self, kernels) -> list[KernelProfile]:
+        return [_profile(k, self.path, self.code_bytes, self.last_line, self.launches, self.device_fns,
+                         list(self.notes)) for k in kernels]
+
+
+def read_source(text: str, path: str) -> CudaFile:
+    """Parse ``text`` and find its kernels (no profile yet); raises as ``profile_source`` does."""
     nul = text.find("\x00")
     if nul >= 0:
         raise ValueError(f"{path}:{text.count(chr(10), 0, nul) + 1}: binary file (NUL byte)")
     if "__global__" not in text and "_GLOBAL" not in text:
-        return []
+        return CudaFile(path)
     san = _sanitized(text)
     wanted = _global_offsets(san.code)
     if not wanted:
-        return []
+        return CudaFile(path)
     src = san.text.encode("utf-8")
     root = _parser().parse(src).root_node
     kernels = [_Kernel(n, t, False) for n, t in _find_kernels(root)]
@@ -116,7 +139,7 @@ def _profile_source(text: str, path: str) -> list[KernelProfile]:
     by_name: dict[str, list] = {}  # launches by kernel name, in file order: one pass, not one per kernel
     for site in launches:
         by_name.setdefault(site.name, []).append(site)
-    return [_profile(k, path, code_bytes, last_line, by_name, device_fns, file_notes) for k in kernels]
+    return CudaFile(path, tuple(kernels), code_bytes, last_line, by_name, device_fns, tuple(file_notes))
 
 
 def kernel_definition_lines(text: str) -> list[int]:

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
+from skel.miner.fork_parts import map_parts
 from skel.miner.gc_pause import gc_paused
 from skel.miner.profile import KernelProfile
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
@@ -27,6 +28,7 @@ from skel.miner.walk import Candidate, collect
 from skel.procs import die_with_parent
 
 POOL_MIN_FILES = 8  # below this a process pool costs more than it saves
+MIN_PART_KERNELS = 100  # a file is shared with forked children only with this many kernels a part
 _MARKERS = {"triton": (b"triton", b"jit"), "cuda": (b"__global__",)}
 
 
@@ -99,22 +101,45 @@ def _detectors():
 
 
 def _frontend(language: str):
+    """The language's ``profile_source(text, path) -> profiles``."""
+    return _frontend_module(language).profile_source
+
+
+def _reader(language: str):
+    """The language's ``read_source(text, path)``: the parsed file, its kernels still to profile."""
+    return _frontend_module(language).read_source
+
+
+def _frontend_module(language: str):
     if language == "triton":
-        from skel.miner.triton_frontend import profile_source
+        from skel.miner import triton_frontend as frontend
     else:
-        from skel.miner.cuda_frontend import profile_source
-    return profile_source
+        from skel.miner import cuda_frontend as frontend
+    return frontend
 
 
-def analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
-    """Profiles, findings and an error (or None) for one file's text. Never raises."""
+def analyze(path: str, text: str, language: str, parts: int = 1
+            ) -> tuple[list[KernelProfile], list[Finding], str | None]:
+    """Profiles, findings and an error (or None) for one file's text. Never raises.
+
+    ``parts`` > 1: a file of many kernels is profiled and detected in up to that many slices,
+    all but one in forked children (``fork_parts``); the result is the same.
+    """
     with gc_paused():
-        return _analyze(path, text, language)
+        return _analyze(path, text, language, parts)
 
 
-def _analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], list[Finding], str | None]:
+def _analyze(path: str, text: str, language: str, parts: int
+             ) -> tuple[list[KernelProfile], list[Finding], str | None]:
+    run = _detectors()
+
+    def work(kernels) -> list[tuple[KernelProfile, list[Finding], str | None]]:
+        return [(p, *_findings(run, p, text)) for p in source.profiles(kernels)]
+
     try:
-        profiles = _frontend(language)(text, path)
+        source = _reader(language)(text, path)
+        parts = max(1, min(parts, len(source.kernels) // MIN_PART_KERNELS))
+        rows = [row for part in map_parts(work, source.kernels, parts) for row in part]
     except SyntaxError as exc:
         return [], [], f"syntax error at line {exc.lineno}, column {exc.offset}: {exc.msg}"
     except RecursionError:
@@ -123,16 +148,18 @@ def _analyze(path: str, text: str, language: str) -> tuple[list[KernelProfile], 
         return [], [], f"no {language} frontend available ({exc})"
     except Exception as exc:  # a frontend bug must not stop the run: report it with the file
         return [], [], f"{language} frontend failed: {type(exc).__name__}: {exc}"
-    run = _detectors()
-    findings: list[Finding] = []
-    problems = []
-    if run is not None:
-        for p in profiles:
-            try:
-                findings += run(p, text)
-            except Exception as exc:
-                problems.append(f"detectors failed on kernel {p.name} (line {p.line}): {type(exc).__name__}: {exc}")
-    return profiles, findings, "; ".join(problems) or None
+    problems = [problem for _, _, problem in rows if problem]
+    return [p for p, _, _ in rows], [f for _, fs, _ in rows for f in fs], "; ".join(problems) or None
+
+
+def _findings(run, p: KernelProfile, text: str) -> tuple[list[Finding], str | None]:
+    """One kernel's findings, or a problem when the detectors failed on it."""
+    if run is None:
+        return [], None
+    try:
+        return run(p, text), None
+    except Exception as exc:
+        return [], f"detectors failed on kernel {p.name} (line {p.line}): {type(exc).__name__}: {exc}"
 
 
 def _analyze_job(args):
@@ -297,8 +324,9 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
     """Yield (prepared, analysis) as files finish; a process pool when there is enough work."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     if jobs == 1 or len(todo) < POOL_MIN_FILES:
+        # one file at a time here: a file of many kernels shares its kernels with the idle cores
         for prep in todo:
-            yield prep, analyze(prep.cand.path, prep.text, prep.cand.language)
+            yield prep, analyze(prep.cand.path, prep.text, prep.cand.language, parts=jobs)
         return
     _detectors()  # import once before forking so workers inherit it
     import multiprocessing

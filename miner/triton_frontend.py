@@ -31,7 +31,7 @@ from skel.miner.triton_body import BodyWalker, HEAD_COUNT
 from skel.miner.triton_body_ops import RawItem
 from skel.miner.triton_blocks import ModuleBlocks
 from skel.miner.triton_scope import Scope
-from skel.miner.triton_module import Outline, params_of, sweep
+from skel.miner.triton_module import KernelDef, Outline, params_of, sweep
 from skel.miner.triton_tune import tune_configs
 
 # A sequence-length name: T itself, or a name containing one of these words (cur_batch_seq_len,
@@ -54,21 +54,43 @@ def profile_source(text: str, path: str) -> list[KernelProfile]:
 
     Raises ``SyntaxError`` for a file Python cannot parse (the caller reports it).
     """
-    blocks = ModuleBlocks(text, path)  # a large file is never one syntax tree: triton_blocks
-    src = Source(text)
-    outline = Outline(blocks, src)
-    kernels = outline.kernels
-    if not kernels:
-        return []
-    jit_names = {k.name for k in kernels}
-    helpers = dict(outline.imports)
-    helpers.update({n: "this file" for n in jit_names})
+    source = read_source(text, path)
+    return source.profiles(source.kernels)
 
-    def profile(fn, sites):
-        return _profile(fn, path, src, helpers, outline.base, sites)
 
-    out = sweep(blocks, src, outline, kernels, jit_names, profile)
-    return sorted(out, key=lambda p: p.line)
+class TritonFile:
+    """One module read once (pass 1, ``triton_module.Outline``): its jit kernels in source order.
+
+    ``profiles(kernels)`` profiles any of them (pass 2); a profile depends on its kernel and the
+    whole module only, so slices of ``kernels`` profiled apart and joined in order give the
+    whole file's profiles.
+    """
+
+    def __init__(self, text: str, path: str):
+        self.path = path
+        self.blocks = ModuleBlocks(text, path)  # a large file is never one syntax tree: triton_blocks
+        self.src = Source(text)
+        self.outline = Outline(self.blocks, self.src)
+        self.kernels: list[KernelDef] = self.outline.kernels
+        self.jit_names = {k.name for k in self.kernels}
+        self.helpers = dict(self.outline.imports)
+        self.helpers.update({n: "this file" for n in self.jit_names})
+
+    def profiles(self, kernels: list[KernelDef]) -> list[KernelProfile]:
+        """Profiles of ``kernels`` (some of ``self.kernels``), in source order."""
+        if not kernels:
+            return []
+
+        def profile(fn, sites):
+            return _profile(fn, self.path, self.src, self.helpers, self.outline.base, sites)
+
+        out = sweep(self.blocks, self.src, self.outline, list(kernels), self.jit_names, profile)
+        return sorted(out, key=lambda p: p.line)
+
+
+def read_source(text: str, path: str) -> TritonFile:
+    """Parse ``text`` and find its kernels (no profile yet); raises as ``profile_source`` does."""
+    return TritonFile(text, path)
 
 
 def _profile(fn, path: str, src: Source, helpers, base: Scope, sites: tuple[LaunchSite, ...]) -> KernelProfile:

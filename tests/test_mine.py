@@ -213,7 +213,7 @@ def test_frontend_crash_is_reported_not_raised(tree, catalog_path, monkeypatch):
     def boom(text, path):
         raise IndexError("list index out of range")
 
-    monkeypatch.setattr(mine_mod, "_frontend", lambda language: boom)
+    monkeypatch.setattr(mine_mod, "_reader", lambda language: boom)
     report = mine([str(tree)], catalog=catalog_path, jobs=1)
     assert by_path(report)["norm.py"] == "triton frontend failed: IndexError: list index out of range"
 
@@ -221,8 +221,8 @@ def test_frontend_crash_is_reported_not_raised(tree, catalog_path, monkeypatch):
 def test_unstorable_results_are_reported_and_recorded_as_failed(tree, catalog_path, monkeypatch):
     real = mine_mod.analyze
 
-    def leaky(path, text, language):  # a frontend bug: a non-JSON object inside a profile
-        profiles, findings, error = real(path, text, language)
+    def leaky(path, text, language, parts=1):  # a frontend bug: a non-JSON object inside a profile
+        profiles, findings, error = real(path, text, language, parts)
         return [dataclasses.replace(p, notes=(object(),)) for p in profiles], findings, error
 
     monkeypatch.setattr(mine_mod, "analyze", leaky)

@@ -1,13 +1,17 @@
-"""Mining is linear in the kernels of a file, and reading a file in blocks changes nothing.
+"""Mining is linear in the kernels of a file, and reading a file in blocks or parts changes nothing.
 
 The Triton frontend reads a large file block by block (``triton_blocks``: bounded memory), which
-must give exactly the profiles of one whole-file read. The speed bounds are generous (a quadratic
-regression fails them; the figures themselves are measured by benchmarks/mine_speed.py).
+must give exactly the profiles of one whole-file read; ``skel mine`` shares the kernels of a large
+file with forked children (``fork_parts``), which must give exactly the one-process analysis. The
+speed bounds are generous (a quadratic regression fails them; the figures themselves are measured
+by benchmarks/mine_speed.py).
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,8 +21,10 @@ from pathlib import Path
 import pytest
 
 import skel.kernels
+import skel.miner.mine as mine_mod
 import skel.miner.triton_blocks as blocks_mod
 import skel.miner.triton_module as module_mod
+from skel.miner.fork_parts import map_parts, slices
 from skel.miner.mine import analyze
 from skel.miner.triton_frontend import profile_source
 
@@ -125,6 +131,50 @@ def test_blocks_give_the_whole_file_profiles(fla_corpus, monkeypatch, waiting):
     for (path, text), expected in zip(sources, whole):
         assert len(blocks_mod.ModuleBlocks(text, path).spans) > 3, path
         assert _profiles(text, path) == expected, path
+
+
+def test_parts_in_forked_children_give_the_one_process_analysis(fla_corpus, monkeypatch):
+    sources = [(p, t, "triton") for p, t in _sources(fla_corpus)]
+    sources.append(("bundle.cu", mine_speed.cuda_bundle(30), "cuda"))
+    whole = [analyze(path, text, language) for path, text, language in sources]
+    monkeypatch.setattr(mine_mod, "MIN_PART_KERNELS", 1)  # split even a file of two kernels
+    for (path, text, language), expected in zip(sources, whole):
+        for parts in (2, 3):
+            assert analyze(path, text, language, parts=parts) == expected, (path, parts)
+
+
+def _doubled_unless_a_child(parent: int, how: str):
+    def work(part):
+        if os.getpid() != parent:
+            if how == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if how == "raises":
+                raise RuntimeError("a bug in the child")
+            if how == "unpicklable":
+                return [lambda: x for x in part]
+        return [2 * x for x in part]
+    return work
+
+
+@pytest.mark.parametrize("how", ["killed", "raises", "unpicklable"])
+def test_a_part_whose_child_fails_is_done_again_here(how):
+    items = list(range(10))
+    work = _doubled_unless_a_child(os.getpid(), how)
+    assert map_parts(work, items, 3) == [[2 * x for x in s] for s in slices(items, 3)]
+
+
+def test_a_process_with_threads_does_every_part_itself():
+    import threading
+
+    parent, started, stop = os.getpid(), threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: (started.set(), stop.wait()))
+    t.start()
+    started.wait()
+    try:
+        assert map_parts(lambda part: [os.getpid() == parent for _ in part], list(range(6)), 3) == [[True] * 2] * 3
+    finally:
+        stop.set()
+        t.join()
 
 
 def test_a_syntax_error_is_the_files_own_whatever_the_blocks(monkeypatch):

@@ -76,6 +76,8 @@ LOAD_CALL = re.compile(r"(?<![\w])(?:tl\.load|__ldg|__ldcs|__ldlu|__ldca|__ldcg)
 _ANNOTATED = re.compile(r"^\s*([A-Za-z_]\w*)\s*:\s*[\w\.\[\], ]+?\s*=(?!=)\s*(.+?)\s*$")
 _TOP_DEF = re.compile(r"^def\s")
 _NAME_EQ = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
+_NOT_ASSIGN = ("if ", "elif ", "for ", "while ", "return ", "def ", "@")  # statements _ASSIGN may match
+_TARGET = re.compile(r"[A-Za-z_][\w\.]*")
 _CPP_DECL = re.compile(r"^\s*((?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+)([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
@@ -135,13 +137,21 @@ class FileText:
         i = bisect.bisect_left(self._top_defs, line) - 1
         return self._top_defs[i] if i >= 0 else 0
 
-    def lines_matching(self, key: str, test: Callable[[str], Any], lo: int, hi: int) -> list[tuple[int, Any]]:
+    def lines_matching(self, key: str, test: Callable[[str], Any], lo: int, hi: int,
+                       needs: tuple[str, ...] = ()) -> list[tuple[int, Any]]:
         """(line, ``test(stripped line)``) for lines in [lo, hi) where the test is truthy (a regex's
         ``match``/``search``). The file is tested once per ``key``; each call is a bisection, so a
-        function launching thousands of kernels is not rescanned for each of them."""
+        function launching thousands of kernels is not rescanned for each of them.
+
+        ``needs``: substrings one of which every line passing ``test`` contains; lines without any
+        are not tested (a substring check costs a fraction of a regex with backtracking)."""
         rows = self.cache.get(key)
         if rows is None:
-            rows = [(i, r) for i, raw in enumerate(self.lines, 1) if (r := test(raw.strip()))]
+            lines = enumerate(self.lines, 1)
+            if needs:
+                has = re.compile("|".join(map(re.escape, needs))).search
+                lines = ((i, raw) for i, raw in lines if has(raw))
+            rows = [(i, r) for i, raw in lines if (r := test(raw.strip()))]
             self.cache[key] = rows
             self.cache[key + ":lines"] = [i for i, _ in rows]
         at = self.cache[key + ":lines"]
@@ -201,6 +211,10 @@ class Ctx:
         """(statement text, number of physical lines), cached per line."""
         cache = self.cache.setdefault("_stmt", {})
         hit = cache.get(line)
+        if hit is None and 1 <= line <= len(self._lines):
+            raw = _strip_comment(self._lines[line - 1], self.p.language)
+            if _balance(raw, self.p.language) <= 0 and not raw.rstrip().endswith("\\"):
+                hit = cache[line] = (raw.strip(), 1)  # most statements: one line, nothing left open
         if hit is None:
             out, depth, i = [], 0, line
             while 1 <= i <= len(self._lines) and i < line + 40:
@@ -382,12 +396,14 @@ def _parse_assign(stmt: str, line: int, language: str) -> Assign | None:
     ann = _ANNOTATED.match(stmt)
     if ann:
         return Assign(line, (ann.group(1),), "=", ann.group(2))
+    if stmt.lstrip().startswith(_NOT_ASSIGN):
+        return None
     m = _ASSIGN.match(stmt)
-    if not m or stmt.lstrip().startswith(("if ", "elif ", "for ", "while ", "return ", "def ", "@")):
+    if not m:
         return None
     lhs = m.group(1)
     targets = tuple(t.strip().split("[")[0].strip() for t in lhs.split(","))
-    targets = tuple(t for t in targets if re.fullmatch(r"[A-Za-z_][\w\.]*", t))
+    targets = tuple(t for t in targets if _TARGET.fullmatch(t))
     if not targets:
         return None
     rhs = m.group(3)

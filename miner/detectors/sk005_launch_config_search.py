@@ -15,6 +15,8 @@ from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 CODE = "SK005"
 LANGUAGES = ("triton",)
 ALLOC = re.compile(r"\b(?:torch\.(?:empty|zeros|ones|full)|new_(?:empty|zeros|ones|full)|empty_like|zeros_like)\s*\(")
+# substrings one of which every match of the pattern holds (a cheap test before the regex)
+NEEDS = {"alloc": ("torch.", "new_", "_like"), "assign": ("=",)}
 ASSIGN_LINE = re.compile(r"^[A-Za-z_][\w, ]*=[^=]")
 WORDS = re.compile(r"\w+")
 TILE = re.compile(r"^(B[A-Z]{1,2}|BLOCK\w*|\w*_BLOCK\w*|TILE\w*|BLOCK_SIZE\w*)$")
@@ -75,7 +77,7 @@ def _index(ctx: Ctx, what: str, pattern: re.Pattern, right_only: bool) -> dict[s
     if index is None:
         index = {}
         for ln, _ in ctx.file.lines_matching(f"{CODE}:{what}:lines", pattern.match if right_only else pattern.search,
-                                             1, len(ctx.file.lines) + 1):
+                                             1, len(ctx.file.lines) + 1, needs=NEEDS[what]):
             t = ctx.text(ln)
             for w in set(WORDS.findall(t.split("=", 1)[1] if right_only else t)):
                 index.setdefault(w, []).append(ln)

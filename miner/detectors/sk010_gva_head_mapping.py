@@ -21,6 +21,7 @@ GROUP = (
 )
 GROUP_RE = re.compile(GROUP)
 EXPAND_RE = re.compile(r"([A-Za-z_]\w*)\s*=\s*.*?\b([A-Za-z_]\w*)\s*\.\s*(repeat_interleave|repeat|expand)\s*\(|([A-Za-z_]\w*)\s*=\s*.*?\b(?:torch\.)?repeat_interleave\s*\(\s*([A-Za-z_]\w*)")
+EXPAND_NEEDS = ("repeat", "expand")  # every EXPAND_RE match holds one of these
 
 
 def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
@@ -49,7 +50,8 @@ def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
         if start is None:
             continue
         passed = " ".join(v for _, v in site.args)
-        for ln, m in ctx.file.lines_matching(f"{CODE}:expand", EXPAND_RE.search, start, site.line):
+        for ln, m in ctx.file.lines_matching(f"{CODE}:expand", EXPAND_RE.search, start, site.line,
+                                             needs=EXPAND_NEEDS):
             t = ctx.text(ln)
             var = m.group(1) or m.group(4)
             if re.search(rf"\b{re.escape(var)}\b", passed):

@@ -27,6 +27,7 @@ HOST_ACT = re.compile(
     r"^\s*([A-Za-z_]\w*)\s*=\s*.*(?:F\.softplus|torch\.nn\.functional\.softplus|F\.logsigmoid|torch\.sigmoid|F\.sigmoid|"
     r"\.sigmoid\(\)|\.softplus\(|torch\.exp\(\s*A_log|A_log\.(?:float\(\)\.)?exp\(\))"
 )
+HOST_ACT_NEEDS = ("softplus", "sigmoid", "A_log")  # every HOST_ACT match holds one of these
 
 
 def _gate_params(ctx: Ctx) -> set[str]:
@@ -65,7 +66,7 @@ def _host_sites(ctx: Ctx) -> list[tuple[int, int, str, str]]:
         start = _enclosing_function(ctx, site.line)
         if start is None:
             continue
-        for ln, m in ctx.file.lines_matching(f"{CODE}:host", HOST_ACT.match, start, site.line):
+        for ln, m in ctx.file.lines_matching(f"{CODE}:host", HOST_ACT.match, start, site.line, needs=HOST_ACT_NEEDS):
             var = m.group(1)
             params = [p for p, v in site.args if re.search(rf"\b{re.escape(var)}\b", v)]
             if params:
