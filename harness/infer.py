@@ -22,10 +22,10 @@ from skel.harness.poly import Poly
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
 BATCH_SWEEP = (1, 8, 32, 64, 256)
-_DECODE = {"tokens": 1, "heads": 32, "head_dim": 128, "hidden": 4096, "pool": 0, "other": 16}
+_DECODE = {"tokens": 1, "heads": 32, "head_dim": 128, "hidden": 4096, "pool": 0, "other": 16, "flat": 4096}
 _CI = {"batch": (2, 1), "tokens": (1, 3), "heads": (2, 2), "head_dim": (32, 24), "hidden": (64, 80),
-       "other": (4, 3), "pool": (0, 0)}
-_POW2_CI = {"head_dim": (32, 16), "hidden": (64, 32), "other": (4, 2)}
+       "other": (4, 3), "pool": (0, 0), "flat": (256, 1000)}
+_POW2_CI = {"head_dim": (32, 16), "hidden": (64, 32), "other": (4, 2), "flat": (256, 1024)}
 
 
 POOL = "POOL"  # the leading dim of a state pool indexed by slot indices
@@ -508,6 +508,8 @@ def _role(st: _State, dim: str, tensors: list[str]) -> str:
     """tokens: a loop runs to it; head_dim/hidden: the last axis of a 3-D+/2-D tensor, tiled by a masked
     offset when it is also a middle axis; heads: a middle axis; batch: the first axis. The first that
     holds, in that order."""
+    if dim in st.lf.flat:
+        return "flat"
     if dim in {st.binding.get(k) for k in st.kf.loop_bounds}:
         return "tokens"
     shapes = [st.shapes.get(t, ()) for t in tensors]

@@ -53,6 +53,7 @@ class LauncherFacts:
     used_as_tensor: set[str] = field(default_factory=set)
     conditions: set[str] = field(default_factory=set)  # params tested by `if p:` / `p or ...`
     dim_alias: dict[str, str] = field(default_factory=dict)  # local -> the dim it equals on the default path
+    flat: set[str] = field(default_factory=set)  # dims that are a flat tensor's numel
     gates: set[str] = field(default_factory=set)
     required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
     exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
@@ -171,6 +172,13 @@ class _Reader(ast.NodeVisitor):
     def _assign(self, target: ast.AST, value: ast.AST) -> None:
         src = _shape_source(value, self.shapes)
         if isinstance(target, ast.Name):
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "numel" \
+                    and isinstance(value.func.value, ast.Name) and value.func.value.id not in self.f.axes:
+                tensor = value.func.value.id  # n = x.numel() of a tensor never unpacked: x is flat, [n]
+                self._dim(target.id, tensor, 0)
+                self.f.ranks.setdefault(tensor, 1)
+                self.f.flat.add(target.id)
+                return
             if src and src[1] is None:
                 self.shapes[target.id] = src[0]
             elif src and isinstance(src[1], int):

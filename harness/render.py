@@ -20,17 +20,21 @@ def _shape_args(values: dict[str, int]) -> str:
 
 def shape_sets(h: Harness) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
     """ci: two interpreter-sized shapes (the second with odd sizes where the code allows them);
-    decode: the batch-like dim over 1 ... 256 (and tokens 1 and 8), the others at model-like sizes."""
+    decode: the batch-like dim over 1 ... 256 (and tokens 1 and 8), the others at model-like sizes; a
+    flat tensor's numel over 1 ... 256 rows of 4096."""
     ci = [{d.name: d.ci[i] for d in h.dims} for i in (0, 1)]
     batch = next((d for d in h.dims if d.role == "batch"), None)
+    flat = next((d for d in h.dims if d.role == "flat"), None) if batch is None else None
     tokens = next((d for d in h.dims if d.role == "tokens"), None)
     base = {d.name: d.decode for d in h.dims}
     decode = []
     for t in ((1, 8) if tokens else (None,)):
-        for n in (BATCH_SWEEP if batch else (None,)):
+        for n in (BATCH_SWEEP if batch or flat else (None,)):
             shape = dict(base)
             if batch:
                 shape[batch.name] = n
+            elif flat:  # a flat tensor: the batch sweep times a model-like row of 4096
+                shape[flat.name] = n * flat.decode
             if tokens:
                 shape[tokens.name] = t
             if shape not in decode:

@@ -51,6 +51,11 @@ class ApplyOptions:
     record: bool = True
     preview: bool = False  # also judge the catalog's preview candidates (SKP...): skel.rewriter.preview
     max_bytes: int | None = None  # a larger target is refused (default: SKEL_MAX_BYTES or 5 MB)
+    # without a harness, the one inferred from the file's launcher (skel harness): which launcher,
+    # which Optional arguments to pass, which decode sizes
+    entry: str | None = None
+    variants: tuple[str, ...] = ()
+    dims: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     read = read_target_source(options.target, options.max_bytes)
     source, encoding = read.text, read.encoding  # candidates and output keep the target's encoding
     try:
-        binding = bind_target(path, source, options.harness)
+        binding = bind_target(path, source, options.harness, options.entry, options.variants, dict(options.dims))
     except NotRecognised:
         if not options.dry_run:
             raise

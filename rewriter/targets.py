@@ -81,10 +81,15 @@ def kernels_root() -> Path:
     return Path(skel.kernels.__file__).resolve().parent
 
 
-def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetBinding:
-    """Recognise ``path`` (its text is ``source``) or bind it to the user's harness."""
+def bind_target(path: Path, source: str, harness: Path | None = None, entry: str | None = None,
+                variants: tuple[str, ...] = (), dims: dict[str, int] | None = None) -> TargetBinding:
+    """Recognise ``path`` (its text is ``source``), bind it to the user's harness, or to the one inferred
+    from its launcher (``entry``, ``variants`` and ``dims`` as for ``skel harness``; asking for any of
+    them skips recognition)."""
     if harness is not None:
         return _bind_harness(path, harness)
+    if entry or variants or dims:
+        return _bind_inferred(path, source, entry, variants, dims)
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
@@ -103,11 +108,16 @@ def bind_target(path: Path, source: str, harness: Path | None = None) -> TargetB
             spec = kernels_root() / fp.family / fp.harness
             return TargetBinding(path, fp.family, spec, fp.entry,
                                  f"recognised as {fp.family} (entry {fp.entry}, spec {fp.harness})", fp.dims)
+    return _bind_inferred(path, source, None, (), None)
+
+
+def _bind_inferred(path: Path, source: str, entry: str | None, variants: tuple[str, ...],
+                   dims: dict[str, int] | None) -> TargetBinding:
     from skel.harness.infer import HarnessError
     from skel.harness.writer import inferred_spec
 
     try:
-        spec, harness = inferred_spec(path, source)
+        spec, harness = inferred_spec(path, source, entry, tuple(variants), dims)
     except HarnessError as exc:
         raise NotRecognised(
             f"{path}: no harness can be inferred ({exc}); pass --harness SPEC.py, a file exporting"

@@ -173,3 +173,37 @@ def test_zero_config_gate_on_fla_kda_continuous_batching(mutant, fla_corpus, tmp
     result = _judge(target, text, tmp_path, mutant or "copy", "bfloat16", spec)
     assert result.error is None, result.error
     assert result.accepted == (mutant is None), result.reasons
+
+
+INPLACE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_kernel(x, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(x + offs, tl.load(x + offs, mask=m) * alpha, mask=m)
+
+
+def scale_(x: torch.Tensor, alpha: float):
+    n = x.numel()
+    _scale_kernel[(triton.cdiv(n, 256),)](x, n, alpha, BLOCK=256)
+'''
+
+
+def test_an_in_place_launcher_that_returns_nothing(tmp_path, monkeypatch):
+    """A flat tensor (its numel the mask bound) updated in place by a launcher returning None: judged on
+    the tensor after the call; a changed factor is rejected."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = tmp_path / "scale.py"
+    target.write_text(INPLACE)
+    h = infer(target, INPLACE)
+    assert _shapes(h) == {"x": ("n",)} and h.outputs == () and h.inplace == ("x",)
+    assert [d.role for d in h.dims] == ["flat"] and {v.name: v.code for v in h.values} == {"alpha": "1.0"}
+    assert _judge(target, INPLACE, tmp_path, "copy", "float32").accepted
+    bad = _judge(target, INPLACE.replace("* alpha, mask=m)", "* (alpha + 1e-2), mask=m)"), tmp_path, "factor",
+                 "float32")
+    assert not bad.accepted and any("'x'" in r for r in bad.reasons), bad.reasons

@@ -119,6 +119,8 @@ def run_call(fn: Callable, args: dict[str, Any], outputs: tuple[str, ...], inpla
     except BaseException as exc:  # SystemExit from a launcher is the candidate's failure too
         raise CallFailed(f"raised {describe_exception(exc, source)}") from None
     values = (ret,) if len(outputs) == 1 and isinstance(ret, torch.Tensor) else ret
+    if ret is None and all(passed_over(n) for n in outputs):  # an in-place launcher returns nothing
+        values = (None,) * len(outputs)
     if not isinstance(values, (tuple, list)) or len(values) != len(outputs) or not all(
         isinstance(v, torch.Tensor) for n, v in zip(outputs, values) if not passed_over(n)
     ):

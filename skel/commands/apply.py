@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from skel.commands.common import add_catalog, add_json, add_library, emit_json, positive_int
+from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 DESCRIPTION = """\
@@ -35,7 +35,13 @@ def register(sub) -> None:
     p.add_argument("--unsafe", action="store_true", help="allow rewrites that change rounding or reduction order")
     p.add_argument("--dry-run", action="store_true", help="show the candidate diffs without running anything")
     p.add_argument("--shapes", help="shape set of the target's spec (default: ci on CPU, decode on GPU)")
-    p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)) for a kernel skel does not recognise")
+    p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)); default: the one inferred from"
+                                                " the file's launcher (skel harness)")
+    p.add_argument("--entry", metavar="NAME", help="without --harness: the launcher to judge (default: the first forward one)")
+    p.add_argument("--variant", action="append", default=[], metavar="ARG",
+                   help="without --harness: also pass this Optional argument / set this flag (repeatable)")
+    p.add_argument("--dims", type=dims_arg, default={}, metavar="N=64,H=32",
+                   help="without --harness: decode sizes for the inferred harness")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--max-candidates", type=int, default=16,
                    help="candidates judged in the first round (on a GPU, a second round adds at most one per shape "
@@ -81,8 +87,11 @@ def cmd_apply(args) -> int:
         allow_unsafe=args.unsafe, dry_run=args.dry_run, shapes=args.shapes, harness=args.harness,
         device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
         report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
-        preview=args.preview, max_bytes=args.max_bytes,
+        preview=args.preview, max_bytes=args.max_bytes, entry=args.entry, variants=tuple(args.variant),
+        dims=tuple(args.dims.items()),
     )
+    if args.harness and (args.entry or args.variant or args.dims):
+        raise UsageError("--entry, --variant and --dims shape the inferred harness: leave them out with --harness")
     result = apply(options, library)
     if args.json:
         data = result.to_json()

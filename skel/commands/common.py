@@ -58,3 +58,17 @@ def _default(obj: Any):
 
 def warn(message: str) -> None:
     print(f"skel: {message}", file=sys.stderr)
+
+
+def dims_arg(text: str) -> dict[str, int]:
+    """``N=64,H=32`` -> {"N": 64, "H": 32} (an argparse type)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=INT, e.g. N=64,H=32") from None
+        if not eq or out[name.strip()] < 1:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=INT with INT >= 1")
+    return out

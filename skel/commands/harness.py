@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from skel.commands.common import add_json, emit_json
+from skel.commands.common import add_json, dims_arg, emit_json
 from skel.errors import EXIT_OK, UsageError
 
 EPILOG = """\
@@ -21,19 +21,6 @@ assumed; edit it and pass it back with `skel apply --harness` or `skel validate 
 Exit status: 0 written, 2 when no harness can be inferred (the message says what and where)."""
 
 
-def _dims(text: str) -> dict[str, int]:
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, eq, value = part.partition("=")
-        try:
-            out[name.strip()] = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=INT, e.g. N=64,H=32") from None
-        if not eq or out[name.strip()] < 1:
-            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=INT with INT >= 1")
-    return out
-
-
 def register(sub) -> None:
     p = sub.add_parser("harness", help="write the spec skel infers for a kernel file (no reference needed)",
                        description=__doc__.split("\n")[0].strip("`"), epilog=EPILOG,
@@ -42,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--entry", metavar="NAME", help="the launcher to judge (default: the first forward one)")
     p.add_argument("--variant", action="append", default=[], metavar="ARG",
                    help="also pass this Optional argument / set this flag (repeatable)")
-    p.add_argument("--dims", type=_dims, default={}, metavar="N=64,H=32", help="decode sizes to use instead")
+    p.add_argument("--dims", type=dims_arg, default={}, metavar="N=64,H=32", help="decode sizes to use instead")
     p.add_argument("-o", "--output", type=Path, metavar="SPEC.py", help="write here (default: print)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --output file")
     add_json(p)
