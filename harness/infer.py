@@ -134,6 +134,11 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         tensors = _tensor_params(st, variants)
         env = _env(st, tensors, variants)
         lf = read_launcher(fn, params, values_of, env)
+        if not lf.launches:
+            raise HarnessError(
+                f"{path}:{launch.line}: on the path judged (defaults{', --variant ' + ', '.join(variants) if variants else ''})"
+                f" {fn.name} launches no kernel: the launch of {launch.kernel} is under a condition that path does"
+                " not take (--variant ARG sets a flag or passes an Optional argument)")
         launch = lf.launches[0]
         more = tuple(sorted(lf.required - set(tensors) - set(variants)))
         st = _State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n])

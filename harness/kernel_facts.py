@@ -156,8 +156,10 @@ class _Expander:
             return -self.expand(node.operand)
         if isinstance(node, ast.IfExp):  # a constexpr switch: its "else" is the flags-off default path
             return self.expand(node.orelse)
-        if isinstance(node, (ast.Constant, ast.Name)):
+        if isinstance(node, ast.Name):
             return self.expand(node)
+        if isinstance(node, ast.Constant):  # a float or string constant is no index arithmetic
+            return Poly.const(int(node.value)) if isinstance(node.value, (int, bool)) else None
         name = _call_name(node)
         if name == "program_id":
             return self.root(f"pid{ast.unparse(node.args[0]) if node.args else '0'}")
@@ -167,7 +169,28 @@ class _Expander:
             base = self.base_of(node.args[0])
             if base:
                 return self.root(_LOAD_ROOT + base)
+        if name == "make_block_ptr":
+            return self._block_ptr(node)
+        if name == "advance" and node.args:  # a block pointer moved: the same tensor, the same layout
+            return self.expand(node.args[0])
         return None
+
+    def _block_ptr(self, node: ast.Call) -> Poly | None:
+        """``tl.make_block_ptr(base, shape, strides, ...)``: the base's offset plus, per block dim, an index
+        ranging over that dim's extent (like a masked offset) times its stride."""
+        names = ("base", "shape", "strides", "offsets", "block_shape", "order")
+        args = dict(zip(names, node.args))
+        args.update({kw.arg: kw.value for kw in node.keywords if kw.arg})
+        shape, strides = args.get("shape"), args.get("strides")
+        if "base" not in args or not isinstance(shape, ast.Tuple) or not isinstance(strides, ast.Tuple) \
+                or len(shape.elts) != len(strides.elts):
+            return None
+        poly = self.expand(args["base"])
+        for extent, stride in zip(shape.elts, strides.elts):
+            extent = _strip(extent)
+            bound = extent.id if isinstance(extent, ast.Name) and extent.id in self.params else ast.unparse(extent)
+            poly = poly + self.root(_MASK_ROOT + bound) * self.expand(stride)
+        return poly
 
     def base_of(self, node: ast.AST) -> str | None:
         poly = self.expand(node)

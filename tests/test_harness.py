@@ -207,3 +207,43 @@ def test_an_in_place_launcher_that_returns_nothing(tmp_path, monkeypatch):
     bad = _judge(target, INPLACE.replace("* alpha, mask=m)", "* (alpha + 1e-2), mask=m)"), tmp_path, "factor",
                  "float32")
     assert not bad.accepted and any("'x'" in r for r in bad.reasons), bad.reasons
+
+
+def test_kernel_reading_survives_what_real_files_hold(tmp_path):
+    """Float constants in index arithmetic, block pointers, and a launch the default path never reaches:
+    read without a traceback (fla-core has all three)."""
+    import ast
+
+    from skel.harness.kernel_facts import kernel_facts
+
+    src = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(q, o, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    w = 0.5 * i_t
+    p_q = tl.make_block_ptr(q + i_h * K, (T, K), (H * K, 1), (i_t * BT, 0), (BT, BK), (1, 0))
+    b = tl.load(p_q, boundary_check=(0, 1)) * w
+    tl.store(tl.make_block_ptr(o + i_h * K, (T, K), (H * K, 1), (i_t * BT, 0), (BT, BK), (1, 0)), b)
+
+
+def launch(q, use: bool = False):
+    T, H, K = q.shape
+    o = q.new_empty(T, H, K)
+    if use:
+        k[(T, H)](q, o, T, H=H, K=K, BT=16, BK=K)
+    return o
+'''
+    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "k")
+    facts = kernel_facts(fn)
+    assert str(facts.pointers["q"].address) == "H*K*mask<T + K*pid1 + mask<K"
+    assert facts.pointers["o"].stored and not facts.pointers["o"].loaded
+    path = tmp_path / "blocks.py"
+    path.write_text(src)
+    with pytest.raises(HarnessError, match="launches no kernel.*--variant"):
+        infer(path, src)
+    h = infer(path, src, variants=("use",))
+    assert _shapes(h) == {"q": ("T", "H", "K")} and h.outputs == ("o",)
