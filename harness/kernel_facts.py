@@ -13,6 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from skel.harness.poly import Poly
+from skel.harness.truth import truth
 
 _MASK_ROOT = "mask<"  # a masked offset: "mask<K" ranges over [0, K)
 _LOAD_ROOT = "load:"  # a value loaded from a pointer parameter: "load:idx"
@@ -230,17 +231,7 @@ class _Prune(ast.NodeTransformer):
         self.flags = flags
 
     def _value(self, test: ast.AST) -> bool | None:
-        if isinstance(test, ast.Name):
-            return self.flags.get(test.id)
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            inner = self._value(test.operand)
-            return None if inner is None else not inner
-        if isinstance(test, ast.BoolOp):
-            values = [self._value(v) for v in test.values]
-            if isinstance(test.op, ast.And):
-                return False if False in values else (True if all(v is True for v in values) else None)
-            return True if True in values else (False if all(v is False for v in values) else None)
-        return None
+        return truth(test, lambda t: self.flags.get(t.id) if isinstance(t, ast.Name) else None)
 
     def visit_If(self, node: ast.If):
         self.generic_visit(node)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from skel.harness.truth import truth
+
 _ALLOC = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like", "new_empty",
           "new_zeros", "new_ones", "new_full", "empty_strided"}
 
@@ -123,28 +125,21 @@ class _Reader(ast.NodeVisitor):
 
     def truth(self, test: ast.AST) -> bool | None:
         """The value of a test on the judged path, when the parameters' values decide it."""
+        return truth(test, self._leaf)
+
+    def _leaf(self, test: ast.AST) -> bool | None:
         if isinstance(test, ast.Name) and test.id in self.env:
             value = self.env[test.id]
             return None if value is UNKNOWN else bool(value)
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            inner = self.truth(test.operand)
-            return None if inner is None else not inner
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
                 and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
                 and test.comparators[0].value is None:
             name = self.f.aliases.get(test.left.id, test.left.id)
             if name in self.f.allocs and name not in self.env:
                 return not isinstance(test.ops[0], ast.Is)  # a tensor the launcher allocates is there
-            if isinstance(test.left, ast.Name) and test.left.id == "None":
-                return None
             if name not in self.env or self.env[name] is UNKNOWN:
                 return None
             return (self.env[name] is None) == isinstance(test.ops[0], ast.Is)
-        if isinstance(test, ast.BoolOp):
-            values = [self.truth(v) for v in test.values]
-            if isinstance(test.op, ast.And):
-                return False if False in values else (True if all(v is True for v in values) else None)
-            return True if True in values else (False if all(v is False for v in values) else None)
         return None
 
     def _dim(self, name: str, tensor: str, axis: int) -> None:
