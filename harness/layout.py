@@ -1,0 +1,231 @@
+"""Tensor shapes: from what the launcher unpacks, asserts and allocates, and for the rest from the kernel's
+address arithmetic (see ``infer``'s docstring): a tensor indexed exactly like one of known shape has its
+shape; otherwise its dims are read off its strides, innermost first, and its outermost dim off a tensor
+of known shape indexed by the same program id (or, for a pool indexed by loaded slots, ``POOL``)."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from skel.harness.kernel_facts import KernelFacts
+from skel.harness.poly import Poly
+from skel.harness.state import POOL, HarnessError, State
+
+
+def read_shapes(st: State, tensors: list[str], path: Path) -> None:
+    lf = st.lf
+    for t, axes in lf.axes.items():
+        rank = lf.ranks.get(t)
+        if rank is None and set(axes) == {0, -1}:  # x.shape[0] and x.shape[-1] read (x.view(-1, D)): [N, D]
+            rank = 2
+            st.notes.append(f"'{t}' taken as 2-D [{axes[0]}, {axes[-1]}]: the launcher reads its first and last dims")
+        if rank is not None and all(any(a % rank == i for a in axes) for i in range(rank)):
+            st.shapes[t] = tuple(axes.get(i) or axes.get(i - rank) for i in range(rank))
+    for _ in range(3):
+        for (a, i), (b, j) in lf.same_dim:
+            for (x, k), (y, m) in (((a, i), (b, j)), ((b, j), (a, i))):
+                dim = lf.axes.get(x, {}).get(k)
+                if dim and y not in st.shapes and y not in lf.ranks:
+                    lf.axes.setdefault(y, {})[m] = dim
+                    if m in (0, -1) and len(lf.axes[y]) == 1:
+                        st.shapes[y] = (dim,)
+        for a, b in lf.same_shape:
+            if a in st.shapes and b not in st.shapes:
+                st.shapes[b] = st.shapes[a]
+            elif b in st.shapes and a not in st.shapes:
+                st.shapes[a] = st.shapes[b]
+    known = dict(st.shapes)
+    for name, (items, _, like) in lf.allocs.items():
+        shape = alloc_shape(items, st, known)
+        if shape is not None:
+            known[name] = shape
+    polys = _launcher_polys(st, known)
+    for t in tensors:
+        if t in st.shapes:
+            continue
+        shape = _layout_shape(st, t, polys, known)
+        if shape is None:
+            raise HarnessError(
+                f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
+                f"and its address in {st.kf.name} ({polys.get(t, 'not indexed')}) does not determine it; "
+                f"write it in a spec (skel harness -o spec.py, then edit)")
+        st.shapes[t] = shape
+        known[t] = shape
+        polys = _launcher_polys(st, known)
+
+
+def alloc_shape(items: list, st: State, known: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    out: list[str] = []
+    for kind, value in items:
+        if kind == "*" and value in known:
+            out += known[value]
+        elif kind == "dim" and value in st.lf.dims:
+            out.append(value)
+        elif kind == "dim" and value in st.lf.dim_alias:
+            out.append(st.lf.dim_alias[value])
+        elif kind == "axis" and value[0] in known:
+            out.append(known[value[0]][value[1]])
+        elif kind in ("int", "dim"):
+            out.append("1")  # a size that is not a shape dim (a tile count such as NK: 1 on the default path)
+        else:
+            return None
+    return tuple(out)
+
+
+def _launcher_polys(st: State, known: dict[str, tuple[str, ...]]) -> dict[str, Poly]:
+    """Each bound pointer's address in the launcher's dims (kernel sizes renamed, strides expanded)."""
+    rename: dict[str, str] = {}
+    for kparam, expr in st.binding.items():
+        rename[kparam] = expr
+    polys: dict[str, Poly] = {}
+    for kparam, use in st.kf.pointers.items():
+        expr = st.binding.get(kparam)
+        target = st.lf.aliases.get(expr, expr) if expr else None
+        if target is None or use.address is None:
+            continue
+        poly = use.address.rename({r: _rename_root(r, rename) for m, _ in use.address.terms for r in m})
+        polys.setdefault(target, _expand_strides(poly, known, st.lf.aliases))
+    return polys
+
+
+def _rename_root(factor: str, rename: dict[str, str]) -> str:
+    bound = KernelFacts.root_bound(factor)
+    if bound is not None:
+        return "mask<" + rename.get(bound, bound)
+    if factor.startswith("loop:"):
+        return "loop:" + rename.get(factor[5:], factor[5:])
+    return rename.get(factor, factor)
+
+
+def _expand_strides(poly: Poly, known: dict[str, tuple[str, ...]], aliases: dict[str, str]) -> Poly:
+    out = Poly()
+    for m, c in poly.terms:
+        term = Poly.const(c)
+        for f in m:
+            term = term * _stride_poly(f, known, aliases)
+        out = out + term
+    return out
+
+
+def _stride_poly(factor: str, known: dict[str, tuple[str, ...]], aliases: dict[str, str]) -> Poly:
+    """``X.stride(i)`` of a contiguous X of known shape -> the product of its later dims (else the atom
+    ``X.stride(i)`` with X's alias resolved)."""
+    if factor.endswith(")") and ".stride(" in factor:
+        tensor, _, rest = factor.partition(".stride(")
+        tensor = aliases.get(tensor, tensor)
+        factor = f"{tensor}.stride({rest}"
+        try:
+            axis = int(rest[:-1])
+        except ValueError:
+            return Poly.atom(factor)
+        if tensor in known:
+            poly = Poly.const(1)
+            for d in known[tensor][axis + 1:] if axis >= 0 else known[tensor][len(known[tensor]) + axis + 1:]:
+                poly = poly * (Poly.const(1) if d == "1" else Poly.atom(d))
+            return poly
+    return Poly.atom(factor)
+
+
+def _is_root(f: str, dims: set[str]) -> bool:
+    return f not in dims and not f.isdigit()
+
+
+def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[str, tuple[str, ...]]):
+    poly = polys.get(tensor)
+    if poly is None:
+        return None
+    for other, shape in known.items():  # indexed exactly like a tensor of known shape
+        if other != tensor and polys.get(other) == poly:
+            st.notes.append(f"'{tensor}' has the shape of '{other}' {list(shape)}: the kernel indexes both alike")
+            return shape
+    dims = set(st.lf.dims) | {d for shape in known.values() for d in shape}
+    own = f"{tensor}.stride(0)"  # the tensor's own leading stride: whatever its inner dims make it
+    lead = [m for m, _ in poly.terms if own in m]
+    inner = Poly.of({m: c for m, c in poly.terms if own not in m})
+    if len(lead) > 1:
+        return None
+    prefix: list[str] = []
+    if lead:
+        roots = tuple(f for f in lead[0] if f != own)
+        if len(roots) != 1:
+            return None
+        src = KernelFacts.loaded_from(roots[0])
+        if src:  # a slot index into a pool: the leading dim is the pool's
+            prefix = [POOL]
+            st.notes.append(f"'{tensor}' is a pool indexed by the values of '{src}' (slots): leading dim {POOL}")
+        else:
+            span = _span(st, tensor, roots, True, polys, known, dims)
+            if not span:
+                return None
+            prefix = list(span)
+        if not inner.terms:
+            st.notes.append(f"'{tensor}' {prefix}: read off its strides in {st.kf.name}")
+            return tuple(prefix)
+        poly = inner
+    terms = sorted(((Counter(f for f in m if not _is_root(f, dims)), tuple(sorted(f for f in m if _is_root(f, dims))))
+                    for m, _ in poly.terms), key=lambda t: sum(t[0].values()))
+    if not terms or sum(terms[0][0].values()) or any(not roots for _, roots in terms):
+        return None
+    shape: list[str] = []
+    for k, (stride, roots) in enumerate(terms):
+        outer = k == len(terms) - 1
+        bound = KernelFacts.root_bound(roots[0]) if len(roots) == 1 else None
+        if len(roots) == 1 and roots[0].startswith("loop:") and roots[0][5:] in dims:
+            bound = roots[0][5:]  # a loop index spans [0, its stop)
+        span = _span(st, tensor, roots, outer, polys, known, dims)
+        if k == 0 and bound and not outer:
+            part = [bound]
+        elif span:
+            part = list(span)
+        elif not outer:
+            extra = terms[k + 1][0] - stride
+            if stride - terms[k + 1][0] or sum(extra.values()) != 1:
+                return None
+            part = [next(iter(extra))]
+        else:
+            return None
+        shape = part + shape
+        # a contiguous layout: the next stride is this one times the dims just placed
+        if not outer and terms[k + 1][0] != stride + Counter(part):
+            return None
+    shape = prefix + shape
+    st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
+    return tuple(shape)
+
+
+def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: dict[str, Poly],
+          known: dict[str, tuple[str, ...]], dims: set[str]) -> tuple[str, ...] | None:
+    """The dims an index spans in a tensor of known shape that the kernel indexes with it: the axis
+    whose stride it carries there (and, for an outermost index, every axis before it). An index the
+    kernel splits (``i_n = r // H``, ``i_h = r % H``) spans its parts' dims."""
+    if len(roots) == 1:
+        for whole, high, low in st.kf.splits:
+            if _rename_root(whole, st.binding) == roots[0]:
+                a = _span(st, tensor, (high,), outer, polys, known, dims)
+                b = _span(st, tensor, (low,), False, polys, known, dims)
+                if a and b:
+                    return a + b
+    for other, shape in known.items():
+        poly = polys.get(other)
+        if other == tensor or poly is None:
+            continue
+        terms = sorted(((Counter(f for f in m if not _is_root(f, dims)), tuple(sorted(f for f in m if _is_root(f, dims))))
+                        for m, _ in poly.terms), key=lambda t: sum(t[0].values()))
+        for k, (stride, r) in enumerate(terms):
+            if r != roots:
+                continue
+            for axis in range(len(shape)):
+                if Counter(d for d in shape[axis + 1:] if d != "1") == stride:
+                    first = 0 if k == len(terms) - 1 else _axis_after(terms[k + 1][0], shape)
+                    if first is None or first > axis:
+                        break
+                    return tuple(d for d in shape[first:axis + 1] if d != "1") or None
+    return None
+
+
+def _axis_after(stride: Counter, shape: tuple[str, ...]) -> int | None:
+    """The first axis after the one whose stride is ``stride``."""
+    for axis in range(len(shape)):
+        if Counter(d for d in shape[axis + 1:] if d != "1") == stride:
+            return axis + 1
+    return None

@@ -1,0 +1,42 @@
+"""What one inference holds while it reads a launcher and its kernel: the facts of both, the launch's
+binding of kernel parameters to the launcher's expressions, the shapes found so far, and notes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from skel.harness.kernel_facts import KernelFacts, PointerUse
+from skel.harness.launcher_facts import LauncherFacts
+
+POOL = "POOL"  # the leading dim of a state pool indexed by slot indices
+
+
+class HarnessError(Exception):
+    """No harness can be inferred; the message says what and where."""
+
+
+@dataclass
+class State:
+    lf: LauncherFacts
+    kf: KernelFacts
+    binding: dict[str, str]  # kernel param -> launcher name/expression
+    shapes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+
+def param_of(st: State, expr: str) -> str | None:
+    name = st.lf.aliases.get(expr, expr)
+    return name if st.lf.param(name) else None
+
+
+def pointer(st: State, tensor: str) -> PointerUse | None:
+    """How the kernel uses ``tensor`` through every pointer parameter bound to it (h0 and ht may be one)."""
+    uses = [st.kf.pointers[k] for k, e in st.binding.items() if param_of(st, e) == tensor and k in st.kf.pointers]
+    if not uses:
+        return None
+    first = next((u for u in uses if u.loaded), uses[0])
+    return replace(first, loaded=any(u.loaded for u in uses), stored=any(u.stored for u in uses))
+
+
+def kernel_param(st: State, tensor: str) -> str | None:
+    return next((k for k, e in st.binding.items() if param_of(st, e) == tensor and k in st.kf.pointers), None)
