@@ -247,3 +247,31 @@ def launch(q, use: bool = False):
         infer(path, src)
     h = infer(path, src, variants=("use",))
     assert _shapes(h) == {"q": ("T", "H", "K")} and h.outputs == ("o",)
+
+
+MORE = {  # (corpus, file, dtype, {mutant: (old, new)}); every occurrence replaced
+    "fla-common": ("fla", "fla/ops/common/fused_recurrent.py", "bfloat16",
+                   {"sign": ("b_h += b_k[:, None] * b_v[None, :]", "b_h -= b_k[:, None] * b_v[None, :]")}),
+    "liger-swiglu": ("liger", "liger_kernel/ops/swiglu.py", "float32",
+                     {"dropped term": ("c_row = silu(a_row).cast(b_row.dtype) * b_row",
+                                       "c_row = a_row.cast(b_row.dtype) * b_row")}),
+}
+
+
+@pytest.mark.parametrize("case,mutant", [(c, m) for c, (_, _, _, ms) in MORE.items() for m in (None, *ms)])
+def test_zero_config_gate_on_more_kernels(case, mutant, fla_corpus, liger, tmp_path, monkeypatch):
+    """simple_gla's kernel (fla-core's common fused_recurrent) and Liger's swiglu, zero config."""
+    corpus, rel, dtype, mutants = MORE[case]
+    root = fla_corpus if corpus == "fla" else liger
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(root))
+    target = tmp_path / Path(rel).name
+    shutil.copy(root / rel, target)
+    text = target.read_text()
+    if mutant:
+        old, new = mutants[mutant]
+        assert old in text
+        text = text.replace(old, new)
+    result = _judge(target, text, tmp_path, mutant or "copy", dtype)
+    assert result.error is None, result.error
+    assert result.accepted == (mutant is None), result.reasons

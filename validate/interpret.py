@@ -107,3 +107,44 @@ def float_scalars_as_tensors() -> bool:
     implicit_cvt._skel_floats = True
     interpreter._implicit_cvt = implicit_cvt
     return True
+
+
+def one_config_autotune(module: ModuleType) -> list[str]:
+    """Autotuned kernels reachable from ``module`` keep only their first config.
+
+    In the interpreter, an autotuner with two or more configs benchmarks them through a GPU driver there
+    is none of ("0 active drivers"), so the *original* fails; a config's launch parameters (warps, stages)
+    do not change what the interpreter computes. Returns "namespace.name" per autotuner trimmed."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return []
+    done: list[str] = []
+    seen: set[int] = set()
+    spaces = [(module.__name__, vars(module))]
+    while spaces:
+        label, space = spaces.pop()
+        if id(space) in seen:
+            continue
+        seen.add(id(space))
+        for name, value in list(space.items()):
+            chain = _wrapped(value)  # heuristics -> autotuner -> jit function -> python function
+            for layer in chain:
+                if isinstance(layer, Autotuner) and len(layer.configs) > 1:
+                    layer.configs = layer.configs[:1]
+                    done.append(f"{label}.{name}")
+            fn_globals = getattr(chain[-1], "__globals__", None) if len(chain) > 1 else None
+            if isinstance(fn_globals, dict):
+                spaces.append((fn_globals.get("__name__", "?"), fn_globals))
+    return done
+
+
+def _wrapped(value: Any) -> list[Any]:
+    """``value`` and what it wraps through ``.fn`` (Triton's decorators each wrap the next)."""
+    chain = [value]
+    while len(chain) < 6 and hasattr(chain[-1], "fn") and not isinstance(chain[-1], ModuleType):
+        inner = getattr(chain[-1], "fn", None)
+        if inner is None or inner is chain[-1]:
+            break
+        chain.append(inner)
+    return chain
