@@ -118,3 +118,32 @@ def _own_nodes(fn: ast.AST):
             continue
         yield node
         stack.extend(ast.iter_child_nodes(node))
+
+
+def kernels_reached(tree: ast.Module, entry: str) -> set[str]:
+    """The file's kernels that calling ``entry`` can launch: those it launches and those the same-file
+    functions it calls (transitively) launch."""
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    kernels = set(jit_functions(tree))
+    reached, todo, seen = set(), [entry], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        for node in ast.walk(functions[name]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
+                reached.add(node.func.value.id)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                todo.append(node.func.id)
+    return reached & kernels
+
+
+def changed_kernels(before: str, after: str) -> set[str] | None:
+    """The kernels whose code differs between two versions of a file (None when either does not parse)."""
+    try:
+        old, new = jit_functions(ast.parse(before)), jit_functions(ast.parse(after))
+    except SyntaxError:
+        return None
+    return {name for name in old.keys() | new.keys()
+            if name not in old or name not in new or ast.dump(old[name]) != ast.dump(new[name])}

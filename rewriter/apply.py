@@ -215,6 +215,11 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         if options.dry_run:
             return CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
                                     cand.unsafe, diff, cand.params, None, str(cand_path))
+        missed = _missed_by_entry(source, cand.source, binding.entry)
+        if missed:
+            progress(f"[{step}] {cand.label}: {missed}")
+            return CandidateOutcome(cand.skeletons, cand.label, False, None, missed, cand.unsafe, diff, cand.params,
+                                    None, str(cand_path))
         progress(f"[{step}] gate: {cand.label}")
         started = time.monotonic()
         nonlocal machine
@@ -293,6 +298,24 @@ def _default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _missed_by_entry(source: str, candidate: str, entry: str) -> str:
+    """Why the gate cannot judge a candidate through ``entry`` (it changes only kernels the entry never
+    launches), or ""; then the candidate is reported, not judged."""
+    import ast
+
+    from skel.harness.launchers import changed_kernels, kernels_reached
+
+    changed = changed_kernels(source, candidate)
+    try:
+        reached = kernels_reached(ast.parse(source), entry)
+    except SyntaxError:
+        return ""
+    if not changed or not reached or changed & reached:
+        return ""
+    return (f"not judged: it changes only {', '.join(sorted(changed))}, which {entry} never launches"
+            f" (judge it through their launcher: --entry NAME)")
 
 
 def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int], ...]:

@@ -417,3 +417,23 @@ def test_second_round_leaves_out_a_skeleton_that_blocks_the_winner():
     assert got.skeletons == ("SK001", "SK003", "SK006", "SK014")
     full = next(c for c in cs.candidates if len(c.skeletons) > 1)  # the first round's composition
     assert "no other structural skeleton" in refine(src, full, codes, lib, opts, True)
+
+
+def test_a_candidate_the_entry_never_launches_is_reported_not_judged():
+    """A rewrite of a backward kernel judged through the forward launcher would pass as "unchanged":
+    apply says which launcher reaches it instead."""
+    from skel.rewriter.apply import _missed_by_entry
+
+    src = (
+        "import triton\nimport triton.language as tl\n\n\n"
+        "@triton.jit\ndef fwd_k(x):\n    tl.store(x, tl.load(x) * 2)\n\n\n"
+        "@triton.jit\ndef bwd_k(x):\n    tl.store(x, tl.load(x) * 3)\n\n\n"
+        "def _go(x):\n    fwd_k[(1,)](x)\n\n\n"
+        "def forward(x):\n    _go(x)\n    return x\n\n\n"
+        "def backward(x):\n    bwd_k[(1,)](x)\n    return x\n"
+    )
+    bwd_only = src.replace("tl.load(x) * 3", "tl.load(x) * 4")
+    both = bwd_only.replace("tl.load(x) * 2", "tl.load(x) * 5")
+    assert "bwd_k, which forward never launches" in _missed_by_entry(src, bwd_only, "forward")
+    assert _missed_by_entry(src, bwd_only, "backward") == ""
+    assert _missed_by_entry(src, both, "forward") == ""  # through a helper it calls, forward reaches fwd_k
