@@ -271,7 +271,8 @@ def build_server(tools: SkelTools) -> MCPServer:
                              "contained worker processes); every path must lie under the server's workspace root. "
                              "Numerics against the float64 reference and the original on every "
                              "shape; timing only on a GPU. shapes: a shape-set name or comma-separated labels; "
-                             "spec: family or spec file for a target outside kernels/; require: correct, "
+                             "spec: family or spec file; without one, a kernel skel does not know is judged "
+                             "against the harness inferred from its launcher (the original as the oracle); require: correct, "
                              "not-slower or faster. exit_code 1 means rejected (see result.reasons).")
     @_guard
     def validate_candidate(target: str, candidate: str, shapes: str | None = None, spec: str | None = None,
