@@ -282,7 +282,7 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ..
     names: list[str] = []
     for t in tensors:
         for d in st.shapes.get(t, ()):
-            if d not in names and d not in ("1", POOL):
+            if d not in names and not d.isdigit() and d != POOL:
                 names.append(d)
     unknown = [d for d in fixed if d not in names]
     if unknown:

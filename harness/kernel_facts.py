@@ -289,6 +289,10 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     for param in sorted(set(loads) | set(stores)):
         calls = loads.get(param, []) + stores.get(param, [])
         address = ex.masked(ex.expand(calls[0].args[0]) - Poly.atom(param) + _loop_steps(fn, param, ex))
+        if all(not m for m, _ in address.terms):  # fixed elements (w[0], w[1], w[2]): the last one read
+            offsets = [ex.expand(c.args[0]) - Poly.atom(param) for c in calls]
+            if all(all(not m for m, _ in o.terms) for o in offsets):
+                address = Poly.const(max(sum(c for _, c in o.terms) for o in offsets))
         pointers[param] = PointerUse(param, param in loads, param in stores, address, _regime(fn, param, ex))
         for m, _ in address.terms:
             for f in m:

@@ -56,6 +56,7 @@ class LauncherFacts:
     conditions: set[str] = field(default_factory=set)  # params tested by `if p:` / `p or ...`
     dim_alias: dict[str, str] = field(default_factory=dict)  # local -> the dim it equals on the default path
     flat: set[str] = field(default_factory=set)  # dims that are a flat tensor's numel
+    view_of: dict[str, str] = field(default_factory=dict)  # local view -> the parameter it views
     gates: set[str] = field(default_factory=set)
     required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
     exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
@@ -143,6 +144,7 @@ class _Reader(ast.NodeVisitor):
         return None
 
     def _dim(self, name: str, tensor: str, axis: int) -> None:
+        tensor = self.f.view_of.get(tensor, tensor)  # read off a view: the viewed parameter's (as the view)
         self.f.dims.setdefault(name, (tensor, axis))
         self.f.axes.setdefault(tensor, {}).setdefault(axis, name)
         self.f.used_as_tensor.add(tensor)
@@ -155,6 +157,10 @@ class _Reader(ast.NodeVisitor):
             self._assign(target, value)
             self._local(target, value)
         self.generic_visit(node)
+
+    def _view(self, local: str, value: ast.AST) -> None:
+        """``x2 = x.view(-1, D)``: the dims later read off ``x2`` are the 2-D view's; x is taken as 2-D too."""
+        self.f.view_of[local] = _view_of(value)
 
     def _local(self, target: ast.AST, value: ast.AST) -> None:
         """Locals the launch passes on: ``s = x.stride(0)`` and the like, to read the kernel's strides."""
@@ -180,6 +186,9 @@ class _Reader(ast.NodeVisitor):
                 self._dim(target.id, src[0], src[1])
             elif isinstance(value, ast.Name) and self.f.param(value.id):
                 self.f.aliases[target.id] = value.id
+            elif _view_of(value) and self.f.param(_view_of(value)) and target.id != _view_of(value):
+                self.f.aliases[target.id] = _view_of(value)  # x2 = x.view(-1, n): the kernel reads x's data
+                self._view(target.id, value)
             elif isinstance(value, ast.Name) and value.id in self.f.dims and target.id not in self.f.dims:
                 self.f.dim_alias[target.id] = value.id
             elif isinstance(value, ast.IfExp) and isinstance(value.body, ast.Name) and value.body.id in self.f.dims \
@@ -193,6 +202,7 @@ class _Reader(ast.NodeVisitor):
         names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
         if src is not None:  # A, B, C = x.shape (or x.shape[-3:])
             tensor, part = src
+            tensor = self.f.view_of.get(tensor, tensor)
             n = len(names)
             if part is None:
                 self.f.ranks[tensor] = n
@@ -212,7 +222,7 @@ class _Reader(ast.NodeVisitor):
                     rest = len(value.elts) - 1
                     count = len(names) - rest
                     if star and star[1] is None:
-                        self.f.ranks[star[0]] = count
+                        self.f.ranks[self.f.view_of.get(star[0], star[0])] = count
                         for axis in range(count):
                             if names[i + axis]:
                                 self._dim(names[i + axis], star[0], axis)
@@ -362,6 +372,17 @@ class _Reader(ast.NodeVisitor):
     def visit_Return(self, node: ast.Return) -> None:
         if node.value is not None:
             self.f.returns = tuple(node.value.elts) if isinstance(node.value, ast.Tuple) else (node.value,)
+
+
+_VIEWS = {"view", "reshape", "contiguous", "flatten", "to", "float", "half", "bfloat16", "squeeze", "unsqueeze"}
+
+
+def _view_of(value: ast.AST) -> str | None:
+    """The tensor ``x`` of ``x.view(...)``, ``x.reshape(...)``, ``x.contiguous()`` and the like."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEWS:
+        inner = value.func.value
+        return inner.id if isinstance(inner, ast.Name) else _view_of(inner)
+    return None
 
 
 def _tests_none(test: ast.AST) -> bool:

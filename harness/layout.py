@@ -121,7 +121,7 @@ def _stride_poly(factor: str, known: dict[str, tuple[str, ...]], aliases: dict[s
         if tensor in known:
             poly = Poly.const(1)
             for d in known[tensor][axis + 1:] if axis >= 0 else known[tensor][len(known[tensor]) + axis + 1:]:
-                poly = poly * (Poly.const(1) if d == "1" else Poly.atom(d))
+                poly = poly * (Poly.const(int(d)) if d.isdigit() else Poly.atom(d))
             return poly
     return Poly.atom(factor)
 
@@ -139,14 +139,18 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
             st.notes.append(f"'{tensor}' has the shape of '{other}' {list(shape)}: the kernel indexes both alike")
             return shape
     dims = set(st.lf.dims) | {d for shape in known.values() for d in shape}
-    own = f"{tensor}.stride(0)"  # the tensor's own leading stride: whatever its inner dims make it
-    lead = [m for m, _ in poly.terms if own in m]
-    inner = Poly.of({m: c for m, c in poly.terms if own not in m})
+    if all(not m for m, _ in poly.terms):  # fixed elements only: as many as the last one read
+        size = str(sum(c for _, c in poly.terms) + 1)
+        st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
+        return (size,)
+    own = f"{tensor}.stride("  # the tensor's own stride: whatever its inner dims make it
+    lead = [m for m, _ in poly.terms if any(f.startswith(own) for f in m)]
+    inner = Poly.of({m: c for m, c in poly.terms if not any(f.startswith(own) for f in m)})
     if len(lead) > 1:
         return None
     prefix: list[str] = []
     if lead:
-        roots = tuple(f for f in lead[0] if f != own)
+        roots = tuple(f for f in lead[0] if not f.startswith(own))
         if len(roots) != 1:
             return None
         src = KernelFacts.loaded_from(roots[0])
@@ -215,17 +219,17 @@ def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: di
             if r != roots:
                 continue
             for axis in range(len(shape)):
-                if Counter(d for d in shape[axis + 1:] if d != "1") == stride:
+                if Counter(d for d in shape[axis + 1:] if not d.isdigit()) == stride:
                     first = 0 if k == len(terms) - 1 else _axis_after(terms[k + 1][0], shape)
                     if first is None or first > axis:
                         break
-                    return tuple(d for d in shape[first:axis + 1] if d != "1") or None
+                    return tuple(d for d in shape[first:axis + 1] if not d.isdigit()) or None
     return None
 
 
 def _axis_after(stride: Counter, shape: tuple[str, ...]) -> int | None:
     """The first axis after the one whose stride is ``stride``."""
     for axis in range(len(shape)):
-        if Counter(d for d in shape[axis + 1:] if d != "1") == stride:
+        if Counter(d for d in shape[axis + 1:] if not d.isdigit()) == stride:
             return axis + 1
     return None
