@@ -366,6 +366,10 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
             out.append(ValueArg(p.name, code, f"multiplies values in {st.kf.name}: a scale ({code})"))
         elif "int" in p.annotation:
             out.append(ValueArg(p.name, "1", "an int the code does not constrain"))
+        elif kparam in st.kf.flags:  # a constexpr the kernel branches on: its own default
+            code = repr(st.kf.flags[kparam] or p.name in variants)
+            out.append(ValueArg(p.name, code, f"a flag {st.kf.name} branches on: {code} (its default; --variant NAME"
+                                              " sets it)"))
         else:
             raise HarnessError(f"{st.lf.name}: cannot tell what the required argument '{p.name}' is (line {st.lf.line}); "
                                f"write it in a spec (skel harness -o spec.py, then edit)")

@@ -10,7 +10,7 @@ tensor; a ``< 0`` test on it means negative entries are padding the kernel skips
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from skel.harness.poly import Poly
 from skel.harness.truth import truth
@@ -45,6 +45,7 @@ class KernelFacts:
     scalar_use: dict[str, str]  # non-pointer parameter -> "eps", "scale", "offset" or ""
     loop_bounds: frozenset[str] = frozenset()  # parameters a loop runs to (sequence lengths)
     splits: tuple[tuple[str, str, str], ...] = ()  # (root, root // X, root % X): an index split in two
+    flags: dict[str, bool] = field(default_factory=dict)  # constexpr parameters tested by `if` -> their default
 
     @staticmethod
     def root_bound(root: str) -> str | None:
@@ -254,7 +255,7 @@ def prune(fn: ast.FunctionDef, flags: dict[str, bool]) -> ast.FunctionDef:
 
 
 def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> KernelFacts:
-    fn = prune(fn, flags or {})
+    whole, fn = fn, prune(fn, flags or {})
     args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
     params = tuple(a.arg for a in args)
     constexprs = frozenset(a.arg for a in args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation))
@@ -307,7 +308,22 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
             if isinstance(stop, ast.Name) and stop.id in params:
                 bounds.add(stop.id)
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
-                       frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex))
+                       frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
+                       _tested_flags(whole, constexprs))
+
+
+def _tested_flags(fn: ast.FunctionDef, constexprs: frozenset[str]) -> dict[str, bool]:
+    """Constexpr parameters the kernel tests (``if FLAG:``, ``if not FLAG:``), with the default it declares
+    (False where it declares none)."""
+    defaults = dict(zip([a.arg for a in fn.args.args][::-1], fn.args.defaults[::-1]))
+    tested = set()
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.If, ast.IfExp)):
+            test = node.test.operand if isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not) \
+                else node.test
+            if isinstance(test, ast.Name) and test.id in constexprs:
+                tested.add(test.id)
+    return {name: bool(getattr(defaults.get(name), "value", False)) for name in sorted(tested)}
 
 
 def _splits(ex: _Expander) -> tuple[tuple[str, str, str], ...]:
@@ -392,6 +408,9 @@ def _scalar_use(fn: ast.FunctionDef, param: str) -> str:
     """How a scalar argument enters the arithmetic: added under a root/division ("eps"), a factor
     ("scale"), a term ("offset")."""
     for node in ast.walk(fn):
+        if _call_name(node) in ("maximum", "clamp") and any(isinstance(_strip(a), ast.Name) and _strip(a).id == param
+                                                           for a in node.args[1:]):
+            return "eps"  # a floor under values (tl.maximum(x, eps)): small and positive
         if isinstance(node, ast.BinOp):
             sides = [_strip(node.left), _strip(node.right)]
             if not any(isinstance(s, ast.Name) and s.id == param for s in sides):

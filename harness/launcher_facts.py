@@ -350,6 +350,15 @@ class _Reader(ast.NodeVisitor):
             return ()
         return tuple(value) if isinstance(value, (tuple, list, set, frozenset, dict)) else ()
 
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        """``MODES[mode]`` with MODES a module-level dict: ``mode`` must be one of its keys."""
+        if isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Name) and self.f.param(node.slice.id) \
+                and isinstance(self.module_values.get(node.value.id), dict) and node.slice.id not in self.f.choices:
+            keys = tuple(self.module_values[node.value.id])
+            if keys:
+                self.f.choices[node.slice.id] = keys
+        self.generic_visit(node)
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.value, ast.Name) and node.attr in ("shape", "stride", "ndim", "dtype", "device",
                                                                "new_empty", "new_zeros", "view", "reshape",

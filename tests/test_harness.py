@@ -275,3 +275,12 @@ def test_zero_config_gate_on_more_kernels(case, mutant, fla_corpus, liger, tmp_p
     result = _judge(target, text, tmp_path, mutant or "copy", dtype)
     assert result.error is None, result.error
     assert result.accepted == (mutant is None), result.reasons
+
+
+def test_liger_kl_div_roles_read_off_the_code(liger):
+    """A flag the kernel branches on takes the kernel's default, a mode looked up in a module dict one of
+    its keys, a floor under values (tl.maximum(x, eps)) an epsilon."""
+    path = liger / "liger_kernel/ops/kl_div.py"
+    h = infer(path, path.read_text())
+    assert _shapes(h) == {"y_pred": ("BT", "V"), "y_true": ("BT", "V")} and h.outputs == ("output_tensor",)
+    assert {v.name: v.code for v in h.values} == {"log_target": "False", "reduction": "'none'", "eps": "1e-6"}
