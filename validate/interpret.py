@@ -43,9 +43,10 @@ def _late(module: ModuleType, name: str):
     return call
 
 
-def late_bind_aliases(module: ModuleType) -> list[str]:
-    """Rebind aliased builtins reachable from ``module``; returns "namespace.alias -> home.name" per rebinding."""
-    done: list[str] = []
+def _namespaces(module: ModuleType):
+    """``(name, globals)`` of ``module`` and of the module of every jitted function reachable from it
+    (through Triton's wrappers: heuristics -> autotuner -> jit function -> its Python function), each once.
+    The caller may rebind names in a namespace before the walk looks into it for more."""
     seen: set[int] = set()
     spaces = [(module.__name__, vars(module))]
     while spaces:
@@ -53,16 +54,27 @@ def late_bind_aliases(module: ModuleType) -> list[str]:
         if id(space) in seen:
             continue
         seen.add(id(space))
-        for alias, value in list(space.items()):
-            fn_globals = getattr(getattr(value, "fn", None), "__globals__", None)  # a jitted (or interpreted) function
+        yield label, space
+        for value in list(space.values()):
+            chain = _wrapped(value)
+            fn_globals = getattr(chain[-1], "__globals__", None) if len(chain) > 1 else None
             if isinstance(fn_globals, dict):
                 spaces.append((fn_globals.get("__name__", "?"), fn_globals))
-            elif _is_builtin(value) and not alias.startswith("__"):
+
+
+def late_bind_aliases(module: ModuleType) -> list[str]:
+    """Rebind aliased builtins reachable from ``module``; returns "namespace.alias -> home.name" per rebinding."""
+    done: list[str] = []
+    for label, space in _namespaces(module):
+        for alias, value in list(space.items()):
+            if alias.startswith("__"):
+                continue
+            if _is_builtin(value):
                 home = _home(value)
                 if home is not None and home[0] is not sys.modules.get(label):
                     space[alias] = _late(*home)
                     done.append(f"{label}.{alias} -> {home[0].__name__}.{home[1]}")
-            elif _is_libdevice(value) and not alias.startswith("__"):
+            elif _is_libdevice(value):
                 import triton.language as tl
 
                 space[alias] = _late(tl.math, value.__name__)
@@ -120,22 +132,12 @@ def one_config_autotune(module: ModuleType) -> list[str]:
     except ImportError:
         return []
     done: list[str] = []
-    seen: set[int] = set()
-    spaces = [(module.__name__, vars(module))]
-    while spaces:
-        label, space = spaces.pop()
-        if id(space) in seen:
-            continue
-        seen.add(id(space))
+    for label, space in _namespaces(module):
         for name, value in list(space.items()):
-            chain = _wrapped(value)  # heuristics -> autotuner -> jit function -> python function
-            for layer in chain:
+            for layer in _wrapped(value):  # heuristics -> autotuner -> jit function -> python function
                 if isinstance(layer, Autotuner) and len(layer.configs) > 1:
                     layer.configs = layer.configs[:1]
                     done.append(f"{label}.{name}")
-            fn_globals = getattr(chain[-1], "__globals__", None) if len(chain) > 1 else None
-            if isinstance(fn_globals, dict):
-                spaces.append((fn_globals.get("__name__", "?"), fn_globals))
     return done
 
 
