@@ -81,17 +81,6 @@ def test_liger_norm_and_swiglu(liger):
 
 
 # -- the gate on inferred harnesses: identical copies accepted, semantic mutants rejected --------------
-FLA_MUTANTS = {
-    "sign": ("b_v -= b_v_minus", "b_v += b_v_minus"),
-    "dropped term": ("b_h += b_k[None, :] * b_v[:, None]", "b_h += b_k[None, :] * 0.0"),
-    "off-by-one mask": ("mask_k = (i_k * BK + tl.arange(0, BK)) < K", "mask_k = (i_k * BK + tl.arange(0, BK)) < K - 1"),
-}
-LIGER_MUTANTS = {
-    "wrong epsilon": ("rstd = rsqrt(mean_square + eps)", "rstd = rsqrt(mean_square + eps * 1e5)"),
-    "sign": ("Y_row = X_row * (offset + W_row)", "Y_row = X_row * (offset - W_row)"),
-}
-
-
 def _judge(target: Path, text: str, tmp_path: Path, name: str, dtype: str, spec: Path | None = None):
     cand = tmp_path / f"{name.replace(' ', '_')}.py"
     cand.write_text(text)
@@ -100,37 +89,44 @@ def _judge(target: Path, text: str, tmp_path: Path, name: str, dtype: str, spec:
     return validate(target, cand, shapes=shapes, seeds=(0,), device="cpu", dtype=dtype, spec=spec)
 
 
-@pytest.mark.parametrize("mutant", [None, *FLA_MUTANTS])
-def test_zero_config_gate_on_fla_delta_rule(mutant, fla_corpus, tmp_path, monkeypatch):
+ZERO_CONFIG = {  # (corpus, file, dtype, {mutant: (old, new)}); every occurrence replaced
+    "fla-delta": ("fla", "fla/ops/delta_rule/fused_recurrent.py", "bfloat16", {
+        "sign": ("b_v -= b_v_minus", "b_v += b_v_minus"),
+        "dropped term": ("b_h += b_k[None, :] * b_v[:, None]", "b_h += b_k[None, :] * 0.0"),
+        "off-by-one mask": ("mask_k = (i_k * BK + tl.arange(0, BK)) < K",
+                            "mask_k = (i_k * BK + tl.arange(0, BK)) < K - 1"),
+    }),
+    "liger-rms-norm": ("liger", "liger_kernel/ops/rms_norm.py", "float32", {
+        "wrong epsilon": ("rstd = rsqrt(mean_square + eps)", "rstd = rsqrt(mean_square + eps * 1e5)"),
+        "sign": ("Y_row = X_row * (offset + W_row)", "Y_row = X_row * (offset - W_row)"),
+    }),
+    "fla-common": ("fla", "fla/ops/common/fused_recurrent.py", "bfloat16",
+                   {"sign": ("b_h += b_k[:, None] * b_v[None, :]", "b_h -= b_k[:, None] * b_v[None, :]")}),
+    "liger-swiglu": ("liger", "liger_kernel/ops/swiglu.py", "float32",
+                     {"dropped term": ("c_row = silu(a_row).cast(b_row.dtype) * b_row",
+                                       "c_row = a_row.cast(b_row.dtype) * b_row")}),
+}
+
+
+@pytest.mark.parametrize("case,mutant", [(c, m) for c, (_, _, _, ms) in ZERO_CONFIG.items() for m in (None, *ms)])
+def test_zero_config_gate(case, mutant, fla_corpus, liger, tmp_path, monkeypatch):
+    """Other projects' kernels with no spec: fla-core's delta rule and common fused_recurrent (simple_gla's
+    kernel), Liger's rms_norm and swiglu. The original is the only oracle."""
+    corpus, rel, dtype, mutants = ZERO_CONFIG[case]
+    root = fla_corpus if corpus == "fla" else liger
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.syspath_prepend(str(fla_corpus))  # the target imports fla
-    target = tmp_path / "delta.py"
-    shutil.copy(fla_corpus / "fla/ops/delta_rule/fused_recurrent.py", target)
+    monkeypatch.syspath_prepend(str(root))
+    target = tmp_path / Path(rel).name
+    shutil.copy(root / rel, target)
     text = target.read_text()
     if mutant:
-        old, new = FLA_MUTANTS[mutant]
+        old, new = mutants[mutant]
         assert old in text
         text = text.replace(old, new)
-    result = _judge(target, text, tmp_path, mutant or "copy", "bfloat16")
+    result = _judge(target, text, tmp_path, mutant or "copy", dtype)
     assert result.error is None and result.oracle == "original", result.error
     assert result.accepted == (mutant is None), result.reasons
     assert any("inferred" in n for n in result.notes)
-
-
-@pytest.mark.parametrize("mutant", [None, *LIGER_MUTANTS])
-def test_zero_config_gate_on_liger_rms_norm(mutant, liger, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.syspath_prepend(str(liger))
-    target = tmp_path / "rms_norm.py"
-    shutil.copy(liger / "liger_kernel/ops/rms_norm.py", target)
-    text = target.read_text()
-    if mutant:
-        old, new = LIGER_MUTANTS[mutant]
-        assert old in text
-        text = text.replace(old, new)
-    result = _judge(target, text, tmp_path, mutant or "copy", "float32")
-    assert result.error is None, result.error
-    assert result.accepted == (mutant is None), result.reasons
 
 
 def test_skel_harness_writes_an_editable_spec(fla_corpus, tmp_path, capsys):
@@ -247,34 +243,6 @@ def launch(q, use: bool = False):
         infer(path, src)
     h = infer(path, src, variants=("use",))
     assert _shapes(h) == {"q": ("T", "H", "K")} and h.outputs == ("o",)
-
-
-MORE = {  # (corpus, file, dtype, {mutant: (old, new)}); every occurrence replaced
-    "fla-common": ("fla", "fla/ops/common/fused_recurrent.py", "bfloat16",
-                   {"sign": ("b_h += b_k[:, None] * b_v[None, :]", "b_h -= b_k[:, None] * b_v[None, :]")}),
-    "liger-swiglu": ("liger", "liger_kernel/ops/swiglu.py", "float32",
-                     {"dropped term": ("c_row = silu(a_row).cast(b_row.dtype) * b_row",
-                                       "c_row = a_row.cast(b_row.dtype) * b_row")}),
-}
-
-
-@pytest.mark.parametrize("case,mutant", [(c, m) for c, (_, _, _, ms) in MORE.items() for m in (None, *ms)])
-def test_zero_config_gate_on_more_kernels(case, mutant, fla_corpus, liger, tmp_path, monkeypatch):
-    """simple_gla's kernel (fla-core's common fused_recurrent) and Liger's swiglu, zero config."""
-    corpus, rel, dtype, mutants = MORE[case]
-    root = fla_corpus if corpus == "fla" else liger
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.syspath_prepend(str(root))
-    target = tmp_path / Path(rel).name
-    shutil.copy(root / rel, target)
-    text = target.read_text()
-    if mutant:
-        old, new = mutants[mutant]
-        assert old in text
-        text = text.replace(old, new)
-    result = _judge(target, text, tmp_path, mutant or "copy", dtype)
-    assert result.error is None, result.error
-    assert result.accepted == (mutant is None), result.reasons
 
 
 def test_liger_kl_div_roles_read_off_the_code(liger):
