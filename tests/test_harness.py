@@ -252,3 +252,75 @@ def test_liger_kl_div_roles_read_off_the_code(liger):
     h = infer(path, path.read_text())
     assert _shapes(h) == {"y_pred": ("BT", "V"), "y_true": ("BT", "V")} and h.outputs == ("output_tensor",)
     assert {v.name: v.code for v in h.values} == {"log_target": "False", "reduction": "'none'", "eps": "1e-6"}
+
+
+PACKAGED = {  # a kernel file in a package, reaching its helpers through relative imports
+    "__init__.py": "",
+    "ops/__init__.py": "",
+    "consts.py": "SCALE = 0.5\n",
+    "ops/utils.py": '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _square(x):
+    return x * x
+
+
+def block_for(n):
+    return triton.next_power_of_2(n)
+''',
+    "ops/scale.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+from .utils import _square, block_for
+from .. import consts
+
+
+@triton.jit
+def _kernel(x, y, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    b_x = tl.load(x + tl.program_id(0) * n + offs, mask=m, other=0.0)
+    tl.store(y + tl.program_id(0) * n + offs, b_x * alpha + _square(b_x), mask=m)
+
+
+def square_add(x: torch.Tensor) -> torch.Tensor:
+    R, n = x.shape
+    y = torch.empty_like(x)
+    _kernel[(R,)](x, y, n, consts.SCALE, BLOCK=block_for(n))
+    return y
+''',
+}
+
+
+@pytest.mark.parametrize("mutant", [None, "sign"])
+def test_a_kernel_with_relative_imports_is_judged_in_its_package(mutant, tmp_path, monkeypatch):
+    """``from .utils import ...`` and ``from .. import consts``: the original and the candidate (a copy
+    elsewhere) are both imported as members of the target's package, so those imports resolve."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "proj" / "mypkg"
+    for rel, text in PACKAGED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    target = root / "ops" / "scale.py"
+    text = target.read_text() if mutant is None else target.read_text().replace(
+        "b_x * alpha + _square(b_x)", "b_x * alpha - _square(b_x)")
+    result = _judge(target, text, tmp_path, mutant or "copy", "float32")
+    assert result.error is None and result.oracle == "original", result.error
+    assert result.accepted == (mutant is None), result.reasons
+
+
+def test_a_package_that_does_not_import_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "proj2" / "brokenpkg"
+    for rel, text in PACKAGED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "__init__.py").write_text("import a_module_nobody_has\n")
+    target = root / "ops" / "scale.py"
+    result = _judge(target, target.read_text(), tmp_path, "copy", "float32")
+    assert result.error and "brokenpkg.ops" in result.error and "a_module_nobody_has" in result.error, result.error

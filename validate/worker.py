@@ -311,7 +311,7 @@ class Candidate(Role):
         name = self.config["display_name"]
         self.watch = Watch(self.config["scratch"], tuple(self.config.get("writable", ())))
         try:
-            module = load_module(self.path, "candidate")
+            module = load_module(self.path, "candidate", self.config.get("package_of"))
             self.interpreted(module)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module body too
             return {"rejection": f"the candidate {name} does not import: {describe_exception(exc, self.path)}"}
