@@ -36,7 +36,7 @@ class TensorArg:
     name: str
     dims: tuple[str, ...]
     dtype: str  # "work" (the spec's dtype), "float32", "int32", "int64"
-    values: str  # "normal", "log-decay", "positive", "slots", "slots-padded"
+    values: str  # "normal", "log-decay", "positive", "unit-interval", "unit-norm", "slots", "slots-padded", "offsets"
     why: str
 
 
@@ -404,6 +404,12 @@ def _tensor_arg(st: State, t: str) -> TensorArg:
         values, vwhy = "log-decay", f"{st.kf.name} takes exp() of it: log-decays in (-inf, 0), logsigmoid(N(0, 1))"
     elif use is not None and use.regime == "positive":
         values, vwhy = "positive", f"{st.kf.name} takes log/sqrt of it: U(0.5, 2)"
+    elif use is not None and use.regime == "unit-interval":
+        values, vwhy = "unit-interval", (f"{st.kf.name} applies sigmoid to it only under a flag off on this path:"
+                                         " the caller passes sigmoid outputs, sigmoid(N(0, 1))")
+    elif use is not None and use.regime == "unit-norm":
+        values, vwhy = "unit-norm", (f"{st.kf.name} L2-normalises it only under a flag off on this path: the caller"
+                                     " passes unit rows, N(0, 1) normalised over the last dim")
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
 
 

@@ -1,7 +1,8 @@
 """Input values an inferred or captured spec draws, by the regime its kernel's code implies.
 
 normal: N(0, 1). log-decay: logsigmoid(N(0, 1)), in (-inf, 0), what a kernel takes exp() of to decay a
-state. positive: U(0.5, 2), what it takes log() or sqrt() of. slots: distinct indices into a pool of
+state. positive: U(0.5, 2), what it takes log() or sqrt() of. unit-interval: sigmoid(N(0, 1)); unit-norm:
+N(0, 1) rows scaled to norm 1 (last dim): what the kernel would make them under a flag that is off. slots: distinct indices into a pool of
 ``pool`` entries (one per request, never two alike: two programs writing one slot race). slots-padded:
 the same with about a quarter set to -1, padding the kernel skips. offsets: for ``n`` sequences packed
 into ``tokens`` positions, n + 1 increasing offsets from 0 to ``tokens``: random lengths between 1 and
@@ -38,6 +39,10 @@ def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, 
     x = torch.randn(*sizes, generator=gen, device=device)
     if values == "log-decay":
         x = torch.nn.functional.logsigmoid(x)
+    elif values == "unit-interval":
+        x = torch.sigmoid(x)
+    elif values == "unit-norm":
+        x = torch.nn.functional.normalize(x, dim=-1)
     elif values == "positive":
         x = torch.rand(*sizes, generator=gen, device=device) * 1.5 + 0.5
     return x.to(dt)
