@@ -92,7 +92,7 @@ class Harness:
                 if self.reference else None}
 
 
-def _rank(name: str) -> tuple[int, str]:
+def launcher_rank(name: str) -> tuple[int, str]:
     low = name.lower()
     backward = any(w in low for w in ("bwd", "backward", "grad"))
     return (1 if backward else 0, name)
@@ -113,7 +113,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                            "launched from another file, they can be judged through that launcher "
                            "(skel capture records its calls from your own test or benchmark)")
     if entry is None:
-        entry = sorted(found, key=_rank)[0]
+        entry = sorted(found, key=launcher_rank)[0]
     if entry not in found:
         raise HarnessError(f"{path}: no launcher {entry!r} (launchers here: {', '.join(sorted(found))})")
     fn = found[entry]
