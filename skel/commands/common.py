@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from skel.errors import UsageError
+
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
@@ -26,8 +28,30 @@ def add_library(parser: argparse.ArgumentParser) -> None:
         "--library",
         type=Path,
         metavar="DIR",
-        help="skeleton library folder (default: the library shipped with skel)",
+        action="append",
+        default=[],
+        help="add a folder of skeleton rules (SKnnn-name/ folders) to the shipped library; repeatable. "
+             "[tool.skel] skeleton_dirs in your pyproject.toml adds folders too",
     )
+
+
+def library_dirs(args) -> tuple[Path, ...]:
+    """The user's rule folders: every ``--library DIR``, then ``[tool.skel] skeleton_dirs``."""
+    from skel.catalog.config import skeleton_dirs
+
+    return (*getattr(args, "library", []), *skeleton_dirs())
+
+
+def load_user_library(args):
+    """The shipped library plus the user's folders; UsageError listing every problem otherwise."""
+    from skel.catalog.library import LibraryError, load_library
+
+    extra = library_dirs(args)
+    try:
+        return load_library(None, extra)
+    except LibraryError as exc:
+        where = ", ".join(str(d) for d in extra) or "the shipped library"
+        raise UsageError(f"the skeleton library ({where}) has problems (run `skel catalog check`):\n{exc}") from None
 
 
 def positive_int(text: str) -> int:

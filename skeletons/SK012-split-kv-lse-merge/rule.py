@@ -1,4 +1,6 @@
-"""SK012 split-kv-lse-merge: split a long KV loop across programs and merge partial results
+"""SK012-split-kv-lse-merge: split a long KV loop across programs and merge partial results
+
+Conditions (detector):
 by their log-sum-exp.
 
 A decode attention program (one query row per head) walks the whole KV sequence alone; with
@@ -13,8 +15,13 @@ from __future__ import annotations
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK012"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 LANGUAGES = ("triton",)
 SPLIT_VAR = re.compile(r"split|partition|\bi_kv\b|\bkv_block\b|\bpart\b", re.I)
 SPLIT_PARAM = re.compile(r"^(NUM_)?(KV_)?SPLITS?(_SIZE)?$|^num_(kv_)?splits$|^split_(size|len)$|^(NUM_)?PARTITIONS?(_SIZE)?$|^partition_size$", re.I)
@@ -119,3 +126,18 @@ def instances(ctx: Ctx) -> list[Hit]:
             if out and out[-1].line == a.line:
                 break
     return out
+
+
+class SplitKvLseMerge(Rule):
+    """Split a long KV sequence across programs with partial outputs and log-sum-exp, merged in a second pass."""
+
+    LANGUAGES = LANGUAGES
+    SAFETY = "unsafe"  # of the method docs.md describes (no automatic rewrite)
+    KIND = "template"
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)

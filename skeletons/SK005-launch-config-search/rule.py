@@ -1,5 +1,6 @@
-"""SK005 launch-config-search: search tile size, warps and stages instead of fixing them.
+"""SK005-launch-config-search: search tile size, warps and stages instead of fixing them.
 
+Conditions (detector):
 Opportunity: the kernel is launched in the file with a fixed launch configuration (a literal
 num_warps / num_stages, or a literal tile size such as BV = 32) and is not autotuned.
 Instance: ``@triton.autotune`` with two or more configs.
@@ -11,8 +12,15 @@ import heapq
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function
+from skel.rewriter.launch_search import rewrite as _launch_rewrite
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK005"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 LANGUAGES = ("triton",)
 ALLOC = re.compile(r"\b(?:torch\.(?:empty|zeros|ones|full)|new_(?:empty|zeros|ones|full)|empty_like|zeros_like)\s*\(")
 # substrings one of which every match of the pattern holds (a cheap test before the regex)
@@ -58,7 +66,6 @@ def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
     first allocation that mentions one of them (an index of allocation lines by word): a function
     launching thousands of kernels is not re-read for each.
     """
-    from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
 
     out = {}
     start = _enclosing_function(ctx, site.line)
@@ -182,15 +189,18 @@ def instances(ctx: Ctx) -> list[Hit]:
     return [Hit.at(line, ctx.p.line, configs=len(configs), keys=list(ctx.p.tune.autotune_keys))]
 
 
-def decorator_line(ctx: Ctx, name: str) -> int | None:
-    """The line of decorator ``@name`` above the kernel's ``def`` (decorators span several lines)."""
-    def_line = next((ln for ln in range(ctx.p.line, ctx.p.end_line + 1) if re.match(r"\s*(async\s+)?def\b", ctx.text(ln) + " ")), ctx.p.line)
-    ln = def_line - 1
-    while ln >= 1 and ln > def_line - 200:
-        t = ctx.text(ln)
-        if t.startswith("@" + name) or t.startswith("@" + name.split(".")[-1] + "("):
-            return ln
-        if not t or t.startswith(("def ", "class ")) or (not t.startswith(("@", ")", "}", "]", "#")) and ctx._lines[ln - 1][:1] not in " \t"):
-            return None
-        ln -= 1
-    return None
+class LaunchConfigSearch(Rule):
+    """Search tile sizes, warps and stages under resource constraints instead of hand-picked launch constants."""
+
+    SAFETY = "unsafe"
+    KIND = "launch-search"
+    LANGUAGES = LANGUAGES
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
+
+    rewrite = staticmethod(_launch_rewrite)

@@ -1,21 +1,48 @@
-"""SK004 exp2-with-log2e-folding: ``exp(x * s)`` -> ``exp2(x * (s * log2(e)))``.
+"""SK004-exp2-with-log2e-folding: ``exp(x * s)`` -> ``exp2(x * (s * log2(e)))``.
 
+Conditions (detector):
 Instance: an exp2 whose argument carries a log2(e) factor, folded in the kernel (``b_s =
 tl.dot(q, k) * scale * RCP_LN2`` then ``exp2(b_s - m)``) or upstream (the argument is loaded
 from a tensor that host code in the same file pre-scales by log2(e), e.g. a gate cumsum called
 with ``scale=RCP_LN2``). An exp2 with no log2(e) anywhere is a genuine base-2 exponential and
 not an instance. Opportunity: a natural exp whose argument is computed in the kernel by a
 multiply, so the log2(e) factor folds into that multiply at no extra instruction.
+
+Rewrite:
+SK004: exp(x) -> exp2(x * log2(e)), the constant folded into an existing constant multiplier.
+
+DESCRIPTION: every natural exponential in a ``@triton.jit`` function -- ``tl.exp``,
+``tl.math.exp``, or a helper ``exp`` (imported, e.g. ``from fla.ops.utils.op import exp``,
+or defined in the file as a jit function returning ``tl.exp`` of its argument) -- becomes
+``tl.math.exp2(x * 1.4426950408889634)``. When ``x`` is ``a * c`` with ``c`` a literal, the
+product ``c * log2(e)`` is folded into one literal; with ``c`` a never-reassigned kernel
+parameter (a scale), the multiplier becomes ``(c * 1.44...)`` so there is still one multiply
+per element. Helper exps that upcast their argument get an explicit ``.to(tl.float32)`` before
+the multiply unless the argument is already known to be fp32.
+
+Unsafe: exp2 of a rounded product differs from exp in the last bits.
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
+import re
+
+import libcst as cst
 
 from skel.miner.detectors.base import LOAD_CALL, Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import enclosing_function as _enclosing_function, split_args as _split_args, terms as _terms
 from skel.miner.detectors.text import find_calls
+from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
+from skel.rewriter.base import Change, Rewrite, RewriteOptions
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK004"
+CODE = folder_code(__file__)
+SAFETY = "unsafe"
+
+
+# ---------------------------------------------------------------- conditions
+
 
 LOG2E = re.compile(
     r"\b(?:RCP_LN2|LOG2_?E|INV_LN2|LN2_INV|RLN2|M_LOG2E\w*|log2e|log2_e|LOG2E_F|kLog2e)\b"
@@ -86,7 +113,6 @@ def _code_only(source: str) -> dict[int, str]:
 
 def _in_kernel(ctx: Ctx, line: int) -> bool:
     """Whether ``line`` lies in a function decorated with ``@triton.jit`` (Python files only)."""
-    from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
 
     start = _enclosing_function(ctx, line) if ctx.p.language == "triton" else None
     if start is None:
@@ -116,27 +142,6 @@ def _folding(ctx: Ctx, line: int, arg: str) -> str | None:
 def _param_in(ctx: Ctx, arg: str, chain) -> bool:
     names = set(re.findall(r"[A-Za-z_]\w*", arg + " " + " ".join(a.rhs for a in chain)))
     return any(p.name in names and not p.constexpr for p in ctx.p.params)
-
-
-def _terms(expr: str, sep: str = "+-") -> list[str]:
-    """Top-level operands of ``expr`` split at the operators in ``sep`` (unary signs kept)."""
-    out, depth, cur = [], 0, ""
-    prev = ""  # the last non-blank character before position i (kept as we go: no rescan per character)
-    for i, c in enumerate(expr):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        binary = prev and prev not in "(*/+-,=e"
-        if depth == 0 and c in sep and binary and not (c == "*" and (expr[i + 1 : i + 2] == "*" or prev == "*")):
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += c
-        if not c.isspace():
-            prev = c
-    out.append(cur.strip())
-    return [t for t in out if t]
 
 
 NEUTRAL = re.compile(r"^-?\s*(\d[\d\.e\-]*|float\(\s*['\"]-?inf['\"]\s*\)|-?\s*float\(.+\)|0\.?|None)$")
@@ -176,7 +181,6 @@ def _scaled(ctx: Ctx, expr: str, line: int, depth: int = 6) -> bool:
         return any(_is_scale(ctx, f, line) for f in factors)
     m = re.match(r"^(tl\.max|tl\.maximum|tl\.where|max|tl\.min|tl\.minimum)\s*\((.*)\)$", t)
     if m:
-        from skel.miner.detectors.sk007_dot_precision import _split_args
 
         args = _split_args(m.group(2))
         args = args[1:] if m.group(1) == "tl.where" else args
@@ -265,3 +269,123 @@ def instances(ctx: Ctx) -> list[Hit]:
         if fold and all(h.line != line for h in out):
             out.append(Hit.at(line, line, exp2=f"{name}({arg})", log2e=fold))
     return out
+
+
+# ---------------------------------------------------------------- rewrite
+
+LOG2E_VALUE = 1.4426950408889634
+LOG2E_LITERAL = repr(LOG2E_VALUE)
+
+
+def _helper_exps(module: cst.Module, tl: str) -> tuple[set[str], set[cst.FunctionDef]]:
+    """Bare names that are exponentials: imported ``exp`` (any alias) and jit helpers in the
+    file whose body is ``return tl.exp(<param>[.to(...)])``."""
+    names: set[str] = set()
+    defs: set[cst.FunctionDef] = set()
+    for small, *_ in F.walk(module.body):
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+            for alias in small.names:
+                if C.code_of(alias.name) == "exp":
+                    names.add(alias.asname.name.value if alias.asname else "exp")
+    for func in C.kernels(module):
+        body = func.body.body
+        stmt = body[0] if len(body) == 1 else None
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, cst.Return) and small.value is not None and _is_tl_exp(small.value, tl):
+            names.add(func.name.value)
+            defs.add(func)
+    return names, defs
+
+
+def _is_tl_exp(node: cst.CSTNode, tl: str) -> bool:
+    name = C.call_name(node)
+    return name in {f"{tl}.exp", f"{tl}.math.exp", "triton.language.exp", "triton.language.math.exp"}
+
+
+def _constant(node: cst.BaseExpression, consts: set[str]) -> bool:
+    return isinstance(node, (cst.Integer, cst.Float)) or (isinstance(node, cst.Name) and node.value in consts)
+
+
+def _mul(left: cst.BaseExpression, right: cst.BaseExpression) -> cst.BinaryOperation:
+    return cst.BinaryOperation(left, cst.Multiply(), right)
+
+
+def _fold_scale(arg: cst.BaseExpression, consts: set[str]) -> tuple[cst.BaseExpression, str]:
+    """``arg * log2(e)`` with the constant folded where ``arg`` already multiplies by one."""
+    if isinstance(arg, cst.BinaryOperation) and isinstance(arg.operator, cst.Multiply) and not arg.lpar:
+        for side, other in (("right", "left"), ("left", "right")):
+            c = getattr(arg, side)
+            if _constant(c, consts):
+                if isinstance(c, (cst.Integer, cst.Float)) and not c.lpar:
+                    folded: cst.BaseExpression = cst.Float(repr(float(c.value) * LOG2E_VALUE))
+                    how = f"log2(e) folded into the literal {c.value}"
+                else:
+                    folded = _mul(c, cst.Float(LOG2E_LITERAL)).with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                    how = f"log2(e) folded into the constant multiplier {C.code_of(c)}"
+                return arg.with_changes(**{side: folded}), how
+    inner = arg
+    if isinstance(arg, (cst.BinaryOperation, cst.BooleanOperation, cst.IfExp, cst.Comparison)) and not arg.lpar:
+        inner = arg.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return _mul(inner, cst.Float(LOG2E_LITERAL)), "times log2(e)"
+
+
+def _upcast(arg: cst.BaseExpression, tl: str) -> cst.BaseExpression:
+    if not isinstance(arg, (cst.Name, cst.Call, cst.Subscript, cst.Attribute)) and not arg.lpar:
+        arg = arg.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(cst.Attribute(arg, cst.Name("to")), args=[cst.Arg(C.expr(f"{tl}.float32"))])
+
+
+def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
+    src = C.parse(source)
+    if isinstance(src, str):
+        return C.failed(CODE, source, src, SAFETY)
+    tl = C.triton_language_alias(src.module)
+    helpers, helper_defs = _helper_exps(src.module, tl)
+    ks = [k for k in C.kernels(src.module, options) if k not in helper_defs]
+    if not ks:
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function (other than exp helpers)")
+    edits: dict = {}
+    changes: list[Change] = []
+    for kernel in ks:
+        defs = F.assignments(kernel)
+        consts = {p.name.value for p in C.params(kernel)} - set(defs)
+        for call in C.calls_in(kernel):
+            is_helper = C.call_name(call) in helpers
+            if not (is_helper or _is_tl_exp(call, tl)) or len(call.args) != 1 or call.args[0].keyword:
+                continue
+            edits[call] = _edit(call, tl, consts, is_helper and F.value_dtype(call.args[0].value, defs) != "fp32")
+            _, how = _fold_scale(call.args[0].value, consts)
+            changes.append(Change(src.line(call), f"{C.code_of(call)} -> {tl}.math.exp2(...), {how}"))
+    if not edits:
+        if any(C.last_part(C.call_name(c)) == "exp2" and LOG2E_LITERAL[:8] in C.code_of(c) for k in ks for c in C.calls_in(k)):
+            return C.skip(CODE, SAFETY, source, "already applied: exponentials are exp2 of a log2(e)-scaled argument")
+        return C.skip(CODE, SAFETY, source, "not applicable: no natural exponential (tl.exp, tl.math.exp or an exp helper) "
+                       "in any @triton.jit function")
+    new = C.apply_edits(src.module, edits).code
+    return [C.applied_result(CODE, source, new, changes, f"{len(edits)} exp call(s) -> exp2 with log2(e) folded", SAFETY)]
+
+
+def _edit(call: cst.Call, tl: str, consts: set[str], upcast: bool):
+    def edit(upd: cst.Call) -> cst.Call:
+        arg = upd.args[0].value
+        if upcast:
+            arg = _upcast(arg, tl)
+        scaled, _ = _fold_scale(arg, consts)
+        return upd.with_changes(func=C.expr(f"{tl}.math.exp2"), args=[upd.args[0].with_changes(value=scaled)])
+
+    return edit
+
+
+class Exp2WithLog2eFolding(Rule):
+    """Compute exp(x) as exp2(x * log2(e)) with log2(e) folded into an existing scale."""
+
+    SAFETY = SAFETY
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
+
+    rewrite = staticmethod(rewrite)

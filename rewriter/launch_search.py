@@ -30,7 +30,7 @@ import libcst as cst
 
 from skel.rewriter import cst as C
 from skel.rewriter import cst_flow as F
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
+from skel.rewriter.base import Change, Rewrite, RewriteOptions
 
 CODE = "SK005"
 SAFETY = "unsafe"
@@ -158,7 +158,6 @@ def _ints(node: cst.CSTNode) -> list[cst.Integer]:
     return found
 
 
-@register(CODE)
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     src = C.parse(source)
     if isinstance(src, str):

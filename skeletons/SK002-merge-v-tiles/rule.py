@@ -1,4 +1,6 @@
-"""SK002 merge-v-tiles: one program per head instead of NV = cdiv(V, BV) programs that each
+"""SK002-merge-v-tiles: one program per head instead of NV = cdiv(V, BV) programs that each
+
+Conditions (detector):
 repeat the V-independent prologue (q/k loads and norms, the gate, beta).
 
 Opportunity: a program-id variable selects a V tile, the launch makes more than one tile
@@ -15,8 +17,14 @@ import re
 from skel.miner import dataflow
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.miner.pyexpr import Unresolved, evaluate
+from skel.rewriter.sk002_merge_tiles import merge_tiles
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK002"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 LANGUAGES = ("triton",)
 ASSUMED_HEAD_DIM = 128  # when the launch passes V = v.shape[-1]; the finding records the assumption
 V_TILE_NAMES = re.compile(r"^(i_v|iv|i_bv|v_tile|pid_v|v_block|i_dv)$")
@@ -200,3 +208,19 @@ def _used_inside(ctx: Ctx, line: int, lp) -> bool:
         return False
     pat = re.compile(r"\b(" + "|".join(map(re.escape, a.targets)) + r")\b")
     return any(pat.search(ctx.text(ln)) for ln in range(lp.line + 1, lp.end_line + 1))
+
+
+class MergeVTiles(Rule):
+    """Merge the V-tile programs of a recurrent decode into one program per (sequence, head)."""
+
+    SAFETY = 'unsafe'
+    LANGUAGES = LANGUAGES
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
+
+    rewrite = staticmethod(merge_tiles)

@@ -1,5 +1,6 @@
-"""SK013 warp-level-reduction: finish a block reduction with warp shuffles, not shared memory.
+"""SK013-warp-level-reduction: finish a block reduction with warp shuffles, not shared memory.
 
+Conditions (detector):
 A shared-memory tree reduction halves the stride each step with a ``__syncthreads()`` per
 step; the last five steps (stride < 32) happen inside one warp, where ``__shfl_xor_sync`` /
 ``__shfl_down_sync`` exchange registers without shared memory or block barriers.
@@ -13,8 +14,13 @@ from __future__ import annotations
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK013"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 HALVING = re.compile(r">>=\s*1|/=\s*2|=\s*\w+\s*/\s*2\b|=\s*\w+\s*>>\s*1\b")
 SHUFFLE = re.compile(r"__shfl_(?:xor|down|up)_sync\s*\(|__reduce_(?:add|min|max)_sync\s*\(|WarpReduce")
 SHARED_UPDATE = re.compile(r"(\w+)\s*\[\s*(\w+)\s*\]\s*(\+=|=)\s*.*\b\1\s*\[\s*\2\s*\+\s*(\w+)\s*\]")
@@ -147,3 +153,16 @@ def instances(ctx: Ctx) -> list[Hit]:
         if shfl and ctx.loop_at(shfl[0]) is lp:
             out.append(Hit.at(lp.line, lp.end_line, shuffle=shfl[1], shuffle_line=shfl[0]))
     return out
+
+
+class WarpLevelReduction(Rule):
+    """Keep reductions whose axis fits in one warp inside the warp (shuffles, no shared memory)."""
+
+    SAFETY = "unsafe"  # of the method docs.md describes (no automatic rewrite)
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)

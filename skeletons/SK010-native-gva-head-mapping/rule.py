@@ -1,4 +1,6 @@
-"""SK010 native-gva-head-mapping: index the shared key head in the kernel instead of
+"""SK010-native-gva-head-mapping: index the shared key head in the kernel instead of
+
+Conditions (detector):
 materialising repeated q/k heads on the host.
 
 With grouped value attention (HV value heads sharing H key heads) a kernel can map value head
@@ -12,8 +14,14 @@ from __future__ import annotations
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import enclosing_function as _enclosing_function, root_param
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK010"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 HEADISH = r"(?:i_h\w*|\w*head\w*|h_?idx|hq|hv|i_hq|i_hv|h)"
 GROUP = (
     rf"\b(?P<num>{HEADISH})\s*(?://|/)\s*(?:\(\s*\w+\s*(?://|/)\s*\w+\s*\)"
@@ -31,11 +39,6 @@ def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
         if m and re.search(r"h|head", " ".join(a.targets), re.I):
             out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}"))
     return out
-
-
-def _enclosing_function(ctx: Ctx, line: int) -> int | None:
-    """The line of the ``def`` that encloses ``line`` (by indentation), or None."""
-    return ctx.file.enclosing_def(line)
 
 
 def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
@@ -71,7 +74,6 @@ def _expanded_params(ctx: Ctx) -> list[tuple[str, int]]:
 
 
 def _written(ctx: Ctx, param: str) -> str | None:
-    from skel.miner.detectors.sk003_hoist_invariant_loads import root_param
 
     for m in ctx.p.memops:
         if m.kind in ("store", "atomic") and root_param(ctx, m.pointer, m.line) == param:
@@ -116,3 +118,16 @@ def candidates(ctx: Ctx) -> list[Hit]:
 
 def instances(ctx: Ctx) -> list[Hit]:
     return [Hit.at(ln, ln, mapping=t) for ln, t in _mapping(ctx)]
+
+
+class NativeGvaHeadMapping(Rule):
+    """Map each value head to its key head in the kernel instead of expanding q/k on the host."""
+
+    SAFETY = "safe"  # of the method docs.md describes (no automatic rewrite)
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)

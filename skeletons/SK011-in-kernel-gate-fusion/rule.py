@@ -1,5 +1,6 @@
-"""SK011 in-kernel-gate-fusion: compute the gate activation inside the kernel that uses it.
+"""SK011-in-kernel-gate-fusion: compute the gate activation inside the kernel that uses it.
 
+Conditions (detector):
 Recurrent kernels consume gates (``g``, ``beta``, ``dt``) after an elementwise activation
 (``-exp(A_log) * softplus(g + dt_bias)``, ``sigmoid(beta)``, ``logsigmoid``). Done on the host,
 that is an extra launch and a round trip of the gate tensor through memory. Opportunity: the
@@ -12,10 +13,15 @@ from __future__ import annotations
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
-from skel.miner.detectors.sk010_gva_head_mapping import _enclosing_function
+from skel.miner.detectors.helpers import enclosing_function as _enclosing_function
 from skel.miner.detectors.text import find_calls
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK011"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 GATE_PARAM = re.compile(r"^(g|gk|gv|gi|ge|g_\w+|\w*gate\w*|beta|beta_\w+|A|A_log|a_log|dt|dt_\w+|alpha|decay\w*|forget\w*|lambda\w*)$")
 KERNEL_ACT = ("softplus", "tl.sigmoid", "sigmoid", "logsigmoid", "log_sigmoid", "tl.math.sigmoid", "fast_sigmoid")
 EXPRESSIBLE = {
@@ -168,3 +174,16 @@ def candidates(ctx: Ctx) -> list[Hit]:
 
 def instances(ctx: Ctx) -> list[Hit]:
     return [Hit.at(ln, ln, activation=act, gate=g) for ln, act, g in _kernel_sites(ctx)]
+
+
+class InKernelGateFusion(Rule):
+    """Compute the decay gate and sigmoid(beta) inside the decode kernel instead of separate elementwise kernels."""
+
+    SAFETY = "unsafe"  # of the method docs.md describes (no automatic rewrite)
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)

@@ -1,5 +1,6 @@
-"""SK009 flat-grid-int64-offsets: one flat grid axis, decomposed in the kernel, in int64.
+"""SK009-flat-grid-int64-offsets: one flat grid axis, decomposed in the kernel, in int64.
 
+Conditions (detector):
 Grid axes 1 and 2 are limited to 65535 programs, and offsets like ``(i_n * HV + i_hv) * K * V``
 overflow int32 at serving sizes. Opportunity: the kernel reads program-id axis 1 or 2 and
 none of its program ids is widened to int64. Instance: axis 0 widened to int64
@@ -11,8 +12,14 @@ from __future__ import annotations
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import terms as _terms
+from skel.skeletons.rule import Rule, folder_code
 
-CODE = "SK009"
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
 WIDE = re.compile(r"tl\.int64|int64_t|\bsize_t\b|long\s+long|uint64_t|\bint64\b")
 
 
@@ -59,7 +66,6 @@ def _pid_names(ctx: Ctx) -> set[str]:
 def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
     """(line, text, size factors) for pointer offsets that multiply a program-id value by sizes,
     in a kernel whose program ids are never widened to int64."""
-    from skel.miner.detectors.sk004_exp2_log2e import _terms
 
     if any(_widened(ctx, ax) for ax in ctx.p.program_axes):
         return []
@@ -123,3 +129,16 @@ def instances(ctx: Ctx) -> list[Hit]:
         if wide and sum(len(p.split(" = ", 1)[0].split(",")) for p in parts) >= 2:
             out.append(Hit.at(ax.line, ax.line, widened=wide, decomposition=parts[:4]))
     return out
+
+
+class FlatGridInt64Offsets(Rule):
+    """Use one flat 1-D grid decomposed in the kernel, with program ids widened to int64 before offsets."""
+
+    SAFETY = "safe"  # of the method docs.md describes (no automatic rewrite)
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
