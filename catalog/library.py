@@ -236,7 +236,7 @@ def _check_cross_references(skeletons: list[Skeleton]) -> list[LibraryProblem]:
         toml = sk.folder / "skeleton.toml"
         if sk.code in seen:
             problems.append(
-                LibraryProblem(toml, None, "code", f"{sk.code} is also used by {seen[sk.code].folder.name}")
+                LibraryProblem(toml, None, "code", f"{sk.code} is also used by {seen[sk.code].folder} (codes are unique across the shipped library and every --library / skeleton_dirs folder)")
             )
         seen[sk.code] = sk
     for sk in skeletons:

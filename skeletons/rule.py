@@ -26,6 +26,7 @@ not a package. A rule file reads its own code with ``folder_code(__file__)``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -166,7 +167,57 @@ def load_rule_class(path: Path, code: str) -> type[Rule]:
         raise RuleLoadError(path, None, f"must define exactly one Rule subclass (found: {found})")
     cls = classes[0]
     cls.code = code
+    if cls.rewrite is not None:
+        cls.rewrite = staticmethod(gated(cls, cls.rewrite))
     return cls
+
+
+def gated(cls: type[Rule], raw: Callable) -> Callable:
+    """``raw`` run only where the rule's conditions report an opportunity: the conditions decide
+    applicability, once; the rewrite says how. Where none holds, the result is a skip naming the
+    first failing condition. (The invariant test checks the other direction: where they hold, the
+    rewrite must produce a candidate.)"""
+    from skel.rewriter.base import SKIPPED, Rewrite, RewriteOptions
+
+    def rewrite(source: str, options: RewriteOptions = RewriteOptions()) -> list:
+        why = _no_opportunity(cls, source, options.kernel)
+        if why is not None:
+            return [Rewrite(cls.code, SKIPPED, source, f"not applicable: {why}", safety=cls.SAFETY)]
+        return raw(source, options)
+
+    rewrite.__doc__ = raw.__doc__
+    rewrite.raw = raw  # the rewrite alone, for tests of its own refusals
+    return rewrite
+
+
+def _no_opportunity(cls: type[Rule], source: str, kernel: str | None) -> str | None:
+    """None when some kernel of ``source`` (``kernel`` only, if named) has an opportunity of the rule."""
+    profiles = _profiles(source)
+    if isinstance(profiles, str):
+        return None  # does not parse: the rewrite reports that itself, as a failed value
+    rule = cls()
+    first = None
+    for p in profiles:
+        if kernel and p.name != kernel:
+            continue
+        found = rule.detect(Ctx(p, source))
+        if found.opportunities:
+            return None
+        failing = next((c for c in found.conditions if not c.holds), None)
+        if first is None:
+            first = f"{p.name}: {failing.id}: {failing.detail}" if failing else \
+                f"{p.name}: the conditions hold but no site is left (already applied)"
+    return first or "no @triton.jit kernel" + (f" named {kernel}" if kernel else "")
+
+
+@functools.lru_cache(maxsize=8)
+def _profiles(source: str):
+    from skel.miner.triton_frontend import profile_source
+
+    try:
+        return tuple(p for p in profile_source(source, "<rewrite>") if p.kind == "kernel")
+    except SyntaxError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
 
 
 class RuleLoadError(Exception):

@@ -17,7 +17,7 @@ import re
 from skel.miner import dataflow
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.miner.pyexpr import Unresolved, evaluate
-from skel.rewriter.sk002_merge_tiles import merge_tiles
+from skel.rewriter.sk002_merge_tiles import MARKER, merge_tiles
 from skel.skeletons.rule import Rule, folder_code
 
 CODE = folder_code(__file__)
@@ -221,6 +221,8 @@ class MergeVTiles(Rule):
         return instances(ctx)
 
     def sites(self, ctx):
+        if MARKER in ctx.source:  # already merged by this rule's rewrite: its kernel keeps a (narrower) grid split
+            return []
         return candidates(ctx)
 
     rewrite = staticmethod(merge_tiles)

@@ -1,4 +1,4 @@
-"""SK001 after: L2-normalise each row and scale it, multiplying by rsqrt with the scale folded in."""
+"""SK001 before: L2-normalise each row and scale it, dividing by the square-root norm."""
 import torch
 import triton
 import triton.language as tl

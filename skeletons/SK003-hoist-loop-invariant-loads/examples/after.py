@@ -1,4 +1,4 @@
-"""SK003 after: the loop-invariant A_log and dt_bias loads are hoisted above the token loop."""
+"""SK003 before: KDA-style decode step loop; A_log and dt_bias are reloaded every token."""
 import torch
 import triton
 import triton.language as tl
@@ -25,8 +25,10 @@ def kda_decode_kernel(
     mask_h = mask_k[:, None] & mask_v[None, :]
     p_h = i_nh * K * V + o_k[:, None] * V + o_v[None, :]
     b_h = tl.load(h0 + p_h, mask=mask_h, other=0).to(tl.float32)
+    # skel SK003: loop-invariant loads/values of the loop below (line 28) hoisted
     b_A = tl.load(A_log + i_hv).to(tl.float32)
     b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=mask_k, other=0).to(tl.float32)
+    neg_exp_b_A = -tl.exp(b_A)
     for i_t in range(0, T):
         bos = i_n * T + i_t
         b_q = tl.load(q + (bos * H + i_h) * K + o_k, mask=mask_k, other=0).to(tl.float32)
@@ -34,7 +36,7 @@ def kda_decode_kernel(
         b_v = tl.load(v + (bos * HV + i_hv) * V + o_v, mask=mask_v, other=0).to(tl.float32)
         b_g = tl.load(g + (bos * HV + i_hv) * K + o_k, mask=mask_k, other=0).to(tl.float32)
         b_beta = tl.load(beta + bos * HV + i_hv).to(tl.float32)
-        b_gk = -tl.exp(b_A) * softplus(b_g + b_bias)
+        b_gk = neg_exp_b_A * softplus(b_g + b_bias)
         b_beta = tl.sigmoid(b_beta)
         b_q = b_q * scale
         b_h *= tl.exp(b_gk[:, None])

@@ -1,4 +1,4 @@
-"""SK006 after: streamed-once data is evict_first, data re-read by the other V-tile programs is evict_last."""
+"""SK006 before: KDA-style decode; every load and store uses the default cache policy."""
 import torch
 import triton
 import triton.language as tl
@@ -32,8 +32,8 @@ def kda_decode_kernel(
         b_v = tl.load(v + (bos * HV + i_hv) * V + o_v, mask=mask_v, other=0, eviction_policy='evict_first').to(tl.float32)
         b_g = tl.load(g + (bos * HV + i_hv) * K + o_k, mask=mask_k, other=0, eviction_policy='evict_last').to(tl.float32)
         b_beta = tl.load(beta + bos * HV + i_hv, eviction_policy='evict_last').to(tl.float32)
-        b_A = tl.load(A_log + i_hv).to(tl.float32)
-        b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=mask_k, other=0).to(tl.float32)
+        b_A = tl.load(A_log + i_hv, eviction_policy='evict_last').to(tl.float32)
+        b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=mask_k, other=0, eviction_policy='evict_last').to(tl.float32)
         b_gk = -tl.exp(b_A) * softplus(b_g + b_bias)
         b_beta = tl.sigmoid(b_beta)
         b_q = b_q * scale

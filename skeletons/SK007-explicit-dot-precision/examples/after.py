@@ -1,4 +1,4 @@
-"""SK007 after: the same chain of fp32 affine state merges with tl.dot pinned to input_precision="tf32x3"."""
+"""SK007 before: a chain of fp32 affine state merges h <- M_c @ h + u_c using tl.dot's default (TF32) precision."""
 import torch
 import triton
 import triton.language as tl

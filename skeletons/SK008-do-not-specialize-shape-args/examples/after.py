@@ -1,4 +1,4 @@
-"""SK008 after: T is excluded from specialisation, so one compiled kernel serves every T."""
+"""SK008 before: KDA-style decode; the runtime token count T is specialised (T == 1, T % 16 == 0 recompile)."""
 import torch
 import triton
 import triton.language as tl

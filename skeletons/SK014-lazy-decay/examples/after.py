@@ -1,4 +1,4 @@
-"""SK014 after (the rewrite's own output): the tile holds S / (running gate product), scaled once after the loop."""
+"""SK014 before: KDA-style decode loop; every token multiplies the whole [K, V] state tile by its gate."""
 import torch
 import triton
 import triton.language as tl

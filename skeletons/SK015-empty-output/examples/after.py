@@ -1,4 +1,4 @@
-"""SK015 after (the rewrite's own output): the output is allocated with empty; the kernel writes every element."""
+"""SK015 before: the output is zero-filled on the host, then overwritten by the kernel."""
 import torch
 import triton
 import triton.language as tl
