@@ -81,7 +81,7 @@ def pattern_rule(code: str, patterns, conditions: tuple[Condition, ...]) -> type
     def _sites(ctx: Ctx) -> list[int]:
         key = f"pattern:{code}"
         if key not in ctx.file.cache:
-            r = rewrite(ctx.source)
+            r = rewrite(ctx.source)[0]
             ctx.file.cache[key] = sorted({c.line for c in r.changes}) if r.applied else []
         return [ln for ln in ctx.file.cache[key] if ctx.p.line <= ln <= ctx.p.end_line]
 

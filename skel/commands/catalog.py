@@ -71,6 +71,9 @@ def register(sub) -> None:
                          "example kernels, cross references. Prints file:line: field: problem.")
     add_json(p)
     add_library(p)
+    p.add_argument("--golden", action="store_true",
+                   help="also run each folder's golden checks (fires on examples/before.py, not on after.py; "
+                        "rewrite(before) == after); with --library, only the added folders' skeletons")
     p.set_defaults(func=cmd_check)
 
     # `catalog prompt` (the agent brief) and `catalog repair` (salvage a damaged catalog) live in their own
@@ -296,6 +299,12 @@ def cmd_check(args) -> int:
     roots = (default_root(), *library_dirs(args))
     skeletons, problems = check_library(*roots)
     root = ", ".join(str(r) for r in roots)
+    if args.golden:
+        from skel.catalog.golden import check_golden
+        from skel.catalog.library import LibraryProblem
+
+        mine = [s for s in skeletons if len(roots) == 1 or s.folder.parent.resolve() in {r.resolve() for r in roots[1:]}]
+        problems = problems + [LibraryProblem(g.path, None, "golden", g.message) for s in mine for g in check_golden(s)]
     if args.json:
         emit_json({"library": str(root), "skeletons": len(skeletons),
                    "problems": [{"path": str(p.path), "line": p.line, "field": p.field, "message": p.message}
