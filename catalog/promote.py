@@ -230,5 +230,6 @@ def _example(c: CandidateSkeleton, code: str, side: str) -> str:
                'skel.miner.history_cuda (p->x is p.x, *p is p[0], casts are cast_T(x)): replace it with the CUDA '
                'example when you finish the skeleton."""')
         return "\n".join([doc, "", "", name, *(f"    {b}" for b in body or ["pass"]), ""])
+    # a program id makes it a kernel (not a jit helper), so the promoted rule runs on its own example
     return "\n".join([doc, "import triton", "import triton.language as tl", "", "", "@triton.jit",
-                      name, *(f"    {b}" for b in body or ["pass"]), ""])
+                      name, "    pid = tl.program_id(0)", *(f"    {b}" for b in body), ""])
