@@ -215,7 +215,7 @@ def _profiles(source: str):
     from skel.miner.triton_frontend import profile_source
 
     try:
-        return tuple(p for p in profile_source(source, "<rewrite>") if p.kind == "kernel")
+        return tuple(profile_source(source, "<rewrite>"))  # kernels and jit helpers: a rewrite may touch both
     except SyntaxError as exc:
         return f"line {exc.lineno}: {exc.msg}"
 
