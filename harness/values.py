@@ -3,7 +3,9 @@
 normal: N(0, 1). log-decay: logsigmoid(N(0, 1)), in (-inf, 0), what a kernel takes exp() of to decay a
 state. positive: U(0.5, 2), what it takes log() or sqrt() of. slots: distinct indices into a pool of
 ``pool`` entries (one per request, never two alike: two programs writing one slot race). slots-padded:
-the same with about a quarter set to -1, padding the kernel skips.
+the same with about a quarter set to -1, padding the kernel skips. offsets: for ``n`` sequences packed
+into ``tokens`` positions, n + 1 increasing offsets from 0 to ``tokens``: random lengths between 1 and
+twice the mean (bounded, so a recurrence runs no longer than twice the equal-length case).
 """
 from __future__ import annotations
 
@@ -13,8 +15,17 @@ from skel.validate.spec import torch_dtype
 
 
 def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, device, work: str,
-         pool: int = 0) -> torch.Tensor:
+         pool: int = 0, tokens: int = 0) -> torch.Tensor:
     dt = torch_dtype(work if dtype == "work" else dtype)
+    if values == "offsets":
+        (n,) = sizes
+        if n < 1 or tokens < n or tokens % n:
+            raise ValueError(f"{n} sequences cannot share {tokens} tokens evenly on average")
+        mean = tokens // n  # each end moves at most half a mean length: every length in [1, 2 * mean - 1]
+        jitter = torch.randint(-(mean // 2), (mean - 1) // 2 + 1, (n + 1,), generator=gen, device=device)
+        ends = torch.arange(n + 1, device=device) * mean + jitter
+        ends[0], ends[-1] = 0, tokens
+        return ends.to(dt)
     if values in ("slots", "slots-padded"):
         count = 1
         for s in sizes:
