@@ -229,8 +229,9 @@ class RuleLoadError(Exception):
 def _line_in(exc: BaseException, path: Path) -> int | None:
     tb = exc.__traceback__
     line = None
+    where = Path(path).resolve()
     while tb is not None:
-        if Path(tb.tb_frame.f_code.co_filename) == path:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == where:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line

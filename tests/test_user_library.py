@@ -125,3 +125,20 @@ def test_user_rules_checked_matched_applied_and_validated(tmp_path, capsys, monk
     verdict = json.loads(out)
     assert code == 0 and verdict["accepted"] is True, err  # CPU: numerics only, accepted on them
     assert all(s["numerics"]["passed"] for s in verdict["shapes"])
+
+
+def test_a_broken_user_rule_is_reported_with_its_line_and_skipped(tmp_path, capsys):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for spec in ("SK950-broken-one", "SK951-good-one"):
+        assert _run(capsys, "new", spec, "--dir", str(rules))[0] == 0
+    broken = rules / "SK950-broken-one" / "rule.py"
+    n = len(broken.read_text().splitlines())
+    broken.write_text(broken.read_text() + "raise RuntimeError('boom')\n")
+    code, _, err = _run(capsys, "catalog", "check", "--library", str(rules))
+    assert code == 2 and f"{broken}:{n + 1}: rule.py: import failed: RuntimeError: boom" in err
+    target = tmp_path / "k.py"
+    target.write_text(KERNEL)
+    code, out, err = _run(capsys, "match", str(target), "--library", str(rules), "--json")
+    seen = {n["skeleton"] for k in json.loads(out)["kernels"] for n in k["applicable"] + k["not_applicable"]}
+    assert "SK951" in seen and "SK950" not in seen and "skipped:" in err and "boom" in err

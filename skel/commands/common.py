@@ -43,15 +43,30 @@ def library_dirs(args) -> tuple[Path, ...]:
 
 
 def load_user_library(args):
-    """The shipped library plus the user's folders; UsageError listing every problem otherwise."""
-    from skel.catalog.library import LibraryError, load_library
+    """The shipped library plus the user's folders. A broken user folder is reported on stderr
+    (file:line: field: problem) and skipped, so one bad rule does not stop the run; a problem in
+    the shipped library is a UsageError."""
+    from skel.catalog.library import Library, check_library, default_root, load_library
 
     extra = library_dirs(args)
-    try:
-        return load_library(None, extra)
-    except LibraryError as exc:
-        where = ", ".join(str(d) for d in extra) or "the shipped library"
-        raise UsageError(f"the skeleton library ({where}) has problems (run `skel catalog check`):\n{exc}") from None
+    if not extra:
+        from skel.catalog.library import LibraryError
+
+        try:
+            return load_library()
+        except LibraryError as exc:
+            raise UsageError(f"the shipped skeleton library has problems (run `skel catalog check`):\n{exc}") from None
+    root = default_root()
+    skeletons, problems = check_library(root, *extra)
+    shipped = [p for p in problems if root.resolve() in Path(p.path).resolve().parents]
+    if shipped:
+        raise UsageError("the shipped skeleton library has problems (run `skel catalog check`):\n"
+                         + "\n".join(map(str, shipped)))
+    for p in problems:
+        warn(f"skipped: {p}")
+    bad = {Path(p.path).resolve() for p in problems}
+    good = [s for s in skeletons if not any(s.folder.resolve() in (b, *b.parents) for b in bad)]
+    return Library(root, tuple(good), tuple(extra))
 
 
 def positive_int(text: str) -> int:
