@@ -17,6 +17,7 @@ import pytest
 
 from skel.catalog import schema
 from skel.catalog.library import Condition, Constraints, Provenance, Skeleton, Transformation
+from skel.skeletons.rule import Rule
 from skel.catalog.store import (
     CatalogError,
     Evidence,
@@ -41,7 +42,7 @@ def skeleton(code="SK001", name="rsqrt-norm", lifecycle="preview", method="multi
         transformation=Transformation("codemod", method, ("find the division", "rewrite")),
         constraints=Constraints("none", "none", "any", "unchanged", "nothing"),
         provenance=(Provenance("fla-core", "fla/ops/kda/fused_recurrent.py", 120, "0.6.0"),),
-        conflicts=(), enables=(), docs={"What it does": "x"}, before="a = 1\n", after="a = 2\n",
+        conflicts=(), enables=(), docs={"What it does": "x"}, rule=Rule, before="a = 1\n", after="a = 2\n",
         folder=Path("/lib") / code,
     )
 
