@@ -12,9 +12,6 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.static
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "experiments"
