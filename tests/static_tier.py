@@ -49,8 +49,10 @@ STATIC: dict[str, frozenset[str]] = {
         "test_parallel_workers_give_the_same_result"}),
     "test_prompt.py": frozenset({
         "test_upstream_kda_names_rsqrt_and_merge_v_tiles_with_their_lines",
-        "test_budget_drops_in_the_documented_order",  # static, but 5-6 s each: too slow for the loop
-        "test_cli_budget_too_small_exits_1_and_says_what_it_needs"}),
+        # static, but each builds the KDA brief (every rule's rewrite run on the kernel): 5-15 s a test
+        "test_budget_drops_in_the_documented_order", "test_cli_budget_too_small_exits_1_and_says_what_it_needs",
+        "test_snapshot_kda_decode_without_evidence", "test_json_is_the_same_content",
+        "test_ranking_by_evidence_and_roofline_standing", "test_budget_is_honoured_and_never_drops_names_or_conditions"}),
     "test_readme.py": ALL,
     "test_rewrites.py": frozenset({
         "test_project_decode_targets_rewritten_match_in_the_interpreter",
@@ -67,7 +69,8 @@ STATIC: dict[str, frozenset[str]] = {
 # Not listed, every test of them needs what the tier refuses: a git repository built by git
 # (test_history*, test_hostile_catalog, test_preview, test_promote_paths), a process (test_mcp,
 # test_capture, test_gate, test_hostile_inputs, test_mine_scaling), the interpreter (test_apply,
-# test_cheaters*, test_skeleton_examples) or a corpus (test_harness, test_fla_corpus).
+# test_cheaters*, test_skeleton_examples, test_golden) or a corpus (test_harness, test_fla_corpus,
+# test_rule_invariant's real-corpus sample); test_user_library runs the CLI end to end.
 
 
 def is_static(item: pytest.Item) -> bool:
