@@ -14,7 +14,7 @@ the shared prologue. The rewrite
    with P programs per head, each owns NS consecutive tiles;
 4. sets BV (now the sub-tile width) and ``num_warps`` at the launch (``tilemerge_launch``).
 Variants (``Rewrite.variant`` / ``params``) differ in P, NS, num_warps and prefetch; the
-defaults are the structures that won on the H200 (benchmarks/results/merge_tiles_probe.md),
+defaults are the structures that won on the H200 (experiments/2026-11-29-sk002-merged-structure/merge_tiles_probe.md),
 best first. The gate measures them per shape; ``options.extra`` ``sk002_variants`` (tuples
 ``(P, NS, num_warps, prefetch[, num_stages])``) replaces them. `skel apply`'s first round composes
 other skeletons with the first plan only; its second round composes them with the plan that won
@@ -69,7 +69,7 @@ class Plan:
                 ("num_warps", self.warps), ("prefetch", self.prefetch), ("num_stages", self.stages))
 
 
-# Measured on the H200 at HV = 32, K = V = 128 (benchmarks/results/merge_tiles_probe.md),
+# Measured on the H200 at HV = 32, K = V = 128 (experiments/2026-11-29-sk002-merged-structure/merge_tiles_probe.md),
 # KDA T = 8, N = 64, speedup over fla-core 0.6.0: P=2/NS=1/2 warps 2.87x (91 % roofline at
 # T = 1, N = 64); P=1/NS=2/4 warps 2.18x; P=1/NS=1/4 warps 2.00x; GDN best P=4/2 warps.
 DEFAULT_PLANS = (

@@ -1,6 +1,6 @@
 """SK002 part: software-pipeline the token loop's input loads (prefetch the next step's).
 
-Measured on the H200 (benchmarks/results/merge_tiles_probe.md): loads in the token-loop body
+Measured on the H200 (experiments/2026-11-29-sk002-merged-structure/merge_tiles_probe.md): loads in the token-loop body
 wait behind the state loads issued before the loop (two DRAM round trips at T = 1), and at
 T > 1 each step's q/k/g/v/beta latency sits on the serial per-token chain. Issuing step 0's
 loads before the loop and step t+1's at the top of step t removes both.

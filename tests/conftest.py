@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from static_tier import (  # noqa: F401  (hooks: the static tier, `pytest -m static`)
+    pytest_collection_modifyitems, pytest_ignore_collect, pytest_runtest_call, pytest_runtest_setup)
+
 
 def corpus_cache_dir() -> Path:
     env = os.environ.get("SKEL_CORPUS_CACHE", "").strip()

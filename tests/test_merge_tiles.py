@@ -400,7 +400,7 @@ def test_skip_without_launch_site():
 
 
 def test_default_plans_are_the_measured_winners():
-    # the first default is the structure that won on the H200 (benchmarks/results/merge_tiles_probe.md)
+    # the first default is the structure that won on the H200 (experiments/2026-11-29-sk002-merged-structure/merge_tiles_probe.md)
     assert (DEFAULT_PLANS[0].programs, DEFAULT_PLANS[0].subtiles, DEFAULT_PLANS[0].warps) == (2, 1, 2)
     res = merge_tiles((ROOT / "kernels" / "kda_decode" / "kernel.py").read_text(), RewriteOptions(max_variants=len(DEFAULT_PLANS)))
     assert len({r.variant for r in res}) == len(res) == len(DEFAULT_PLANS) and all(r.applied for r in res)

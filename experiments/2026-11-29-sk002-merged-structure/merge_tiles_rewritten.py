@@ -1,12 +1,12 @@
 """Phase-B check on the GPU: the SK002 rewrite's own output, timed against the file it came from.
 
 Two steps, because the rewriter needs libcst and the GPU machine has none:
-  here (CPU):  python benchmarks/merge_tiles_rewritten.py --generate .skel/merge_tiles_gen
+  here (CPU):  python experiments/2026-11-29-sk002-merged-structure/merge_tiles_rewritten.py --generate .skel/merge_tiles_gen
                rewrites four targets with every plan below and writes one file per variant:
                fla-core 0.6.0 fla/ops/kda/fused_recurrent.py and
                fla/ops/gated_delta_rule/fused_recurrent.py (from the installed/unpacked wheel),
                and the project's kernels/kda_decode/kernel.py and kernels/gdn_decode/kernel.py;
-  GPU:         python3 benchmarks/merge_tiles_rewritten.py --run .skel/merge_tiles_gen --out $OUT
+  GPU:         python3 experiments/2026-11-29-sk002-merged-structure/merge_tiles_rewritten.py --run .skel/merge_tiles_gen --out $OUT
                checks every variant against the float64 reference (merge_tiles_probe.reference)
                and times it with the probe's method (CUDA-graph replay, rotated inputs, all
                variants interleaved, copy bandwidth measured in the same process).
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]  # the repository
 sys.path.insert(0, str(HERE))
 
 # (P programs per head, NS sub-tiles, num_warps, prefetch)

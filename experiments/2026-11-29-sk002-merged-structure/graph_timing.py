@@ -1,5 +1,5 @@
-"""CUDA-graph timing shared by the benchmark probes (t1_ceiling_probe, merge_tiles_probe and what imports
-them); plain torch, so a bare GPU machine runs them without skel installed.
+"""CUDA-graph timing shared by the probes (merge_tiles_probe here, and through sys.path those of
+../2026-11-29-t1-copy-ceiling/ and ../2026-11-30-sk014-lazy-at-t8/); plain torch, so a bare GPU machine runs them without skel installed.
 
 Each callable is captured once over R rotated input sets (one graph replay = R calls), and the graphs are
 replayed in turn, replay by replay, so every variant sees the same machine state; the copy bandwidth is

@@ -7,7 +7,7 @@ the arguments' real specialisation (pointer alignment, integer values), which a 
 vectorised and the same kernel can appear to spill). The cubin goes through `cuobjdump`
 (-res-usage, -sass) from triton's own bin folder.
 
-    python benchmarks/sass_stats.py FILE --family kda_decode [--T 1] [--N 2] [--sass OUT.sass]
+    python experiments/2026-11-29-t1-copy-ceiling/sass_stats.py FILE --family kda_decode [--T 1] [--N 2] [--sass OUT.sass]
     # family: kda_decode, gdn_decode, or fla_kda (fla-core's KDA file through kda_decode's fla_upstream spec)
 
 A development tool: it relies on triton's runtime internals (driver.set_active, JITFunction.run), checked

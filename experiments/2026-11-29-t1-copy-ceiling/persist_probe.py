@@ -14,20 +14,22 @@ V/P), the token loop's operands loaded one step ahead (what SK002 emits); `pers_
 programs, each walking tiles pid, pid + G, ..., the next tile's state loaded before this tile's steps;
 `cpy_p2w4`: t1_ceiling_probe's in-place state copy (T = 1 only).
 
-    python benchmarks/persist_probe.py --out $OUT                      # GPU
-    TRITON_INTERPRET=1 python benchmarks/persist_probe.py --cpu-check  # numerics on a CPU
+    python experiments/2026-11-29-t1-copy-ceiling/persist_probe.py --out $OUT                      # GPU
+    TRITON_INTERPRET=1 python experiments/2026-11-29-t1-copy-ceiling/persist_probe.py --cpu-check  # numerics on a CPU
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-import graph_timing as G
-import merge_tiles_probe as M
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "2026-11-29-sk002-merged-structure"))  # graph_timing, merge_tiles_probe
+import graph_timing as G  # noqa: E402
+import merge_tiles_probe as M  # noqa: E402
 
 
 @triton.jit

@@ -16,8 +16,8 @@ suite's variant and a Triton in-place copy through the same grid, in one process
   suite_f1   the suite's variant with o taken from the state before the update, o = S^T q + (q . k) delta,
              so the two contractions of the state are independent (one reduction less on the chain)
 
-    python benchmarks/t1_fla_diag.py --gen .skel/t1_s5    # CPU, libcst (needs the fla-core corpus path)
-    cd benchmarks && python3 t1_fla_diag.py --run ../.skel/t1_s5   # GPU (carry .skel/t1_s5 and .whl)
+    python experiments/2026-11-29-t1-copy-ceiling/t1_fla_diag.py --gen .skel/t1_s5    # CPU, libcst (needs the fla-core corpus path)
+    cd experiments/2026-11-29-t1-copy-ceiling && python3 t1_fla_diag.py --run ../../.skel/t1_s5   # GPU (carry .skel/t1_s5 and .whl)
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # t1_ceiling_probe
+sys.path.insert(0, str(HERE.parent / "2026-11-29-sk002-merged-structure"))  # graph_timing
 PLAN = (2, 1, 2, True, 1)  # P = 2, one sub-tile, 2 warps, prefetch, num_stages = 1: the accepted T = 1 plan
 
 
@@ -90,7 +91,7 @@ def gen(out: Path, fla_root: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fla = _compose((fla_root / "fla/ops/kda/fused_recurrent.py").read_text(), True)
     variants = {"fla": fla, "fla_i32": _i32(fla), "fla_noevict": _noevict(fla), "fla_both": _noevict(_i32(fla)),
-                "suite": _compose((HERE.parent / "kernels/kda_decode/kernel.py").read_text(), False)}
+                "suite": _compose((HERE.parents[1] / "kernels/kda_decode/kernel.py").read_text(), False)}
     variants["suite_nomask"] = _nomask(variants["suite"])
     variants["suite_f1"] = _f1(variants["suite"])
     variants["suite_pdl"] = _pdl(variants["suite"], "num_warps=2, num_stages=1,")

@@ -6,7 +6,7 @@ two graph replays was charged to that call. This script times the same pair (the
 and its SK002 P=2/2-warp merge, and kda_decode with the same plan) both ways, interleaved as the
 gate does, so the difference is attributed in one run rather than across sessions.
 
-    python benchmarks/graph_calls_check.py            # GPU; needs libcst (the rewrite runs here)
+    python experiments/2026-11-30-graph-calls-per-graph/graph_calls_check.py            # GPU; needs libcst (the rewrite runs here)
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from skel.rewriter.sk002_merge_tiles import merge_tiles
 from skel.validate.bench import BenchConfig, benchmark_shape, measure_machine
 from skel.validate.spec import Shape
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(text: str, stem: str):

@@ -11,24 +11,26 @@ over rotated input sets, median over replays, variants interleaved):
   as one program per tile (what SK002 emits today) and as a persistent grid of C * SMs programs
   looping over the tiles, optionally launched with programmatic dependent launch (PDL).
 
-    python benchmarks/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU, one set per call:
+    python experiments/2026-11-29-t1-copy-ceiling/t1_ceiling_probe.py --set ceil --out $OUT   # on the GPU, one set per call:
         ceil (call 1), fuse (2), pipe (3), abl (4: stages left out, cache hints, register caps),
         order (5), pdl (6), warp (7), chunk (8), pref (9), held (10), defer (11), flat (12, with
-        --min-calls 8); results in benchmarks/results/t1_ceiling_probe.md
-    python benchmarks/t1_ceiling_probe.py --once abl_p2w4 --n 32   # five eager launches, for ncu (t1_ncu.sh)
-    TRITON_INTERPRET=1 python benchmarks/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
+        --min-calls 8); results in t1_ceiling_probe.md beside this script
+    python experiments/2026-11-29-t1-copy-ceiling/t1_ceiling_probe.py --once abl_p2w4 --n 32   # five eager launches, for ncu (t1_ncu.sh)
+    TRITON_INTERPRET=1 python experiments/2026-11-29-t1-copy-ceiling/t1_ceiling_probe.py --cpu-check   # numerics on a CPU
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-import graph_timing as G
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "2026-11-29-sk002-merged-structure"))  # graph_timing, merge_tiles_probe
+import graph_timing as G  # noqa: E402
 
 H = HV = 32
 K = V = 128

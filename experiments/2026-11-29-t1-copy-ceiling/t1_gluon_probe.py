@@ -14,22 +14,25 @@ remaining lanes along V, 4 columns per lane), with the same math as the suite's 
 gate and beta in kernel) and a T loop keeping the state in registers; `gcp_*` the same grid as a pure
 copy; `cpy_p2w4` / `abl_p2w4` are t1_ceiling_probe's Triton copy and best Triton step, for reference.
 
-    python benchmarks/t1_gluon_probe.py --out $OUT          # on the GPU
-    python benchmarks/t1_gluon_probe.py --compile-only      # any machine: compile for sm_90, count barriers
+    python experiments/2026-11-29-t1-copy-ceiling/t1_gluon_probe.py --out $OUT          # on the GPU
+    python experiments/2026-11-29-t1-copy-ceiling/t1_gluon_probe.py --compile-only      # any machine: compile for sm_90, count barriers
 """
 from __future__ import annotations
 
 import argparse
 import re
 import sys
+from pathlib import Path
 
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-import graph_timing as G
-import t1_ceiling_probe as P
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "2026-11-29-sk002-merged-structure"))  # graph_timing, merge_tiles_probe
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # t1_ceiling_probe
+import graph_timing as G  # noqa: E402
+import t1_ceiling_probe as P  # noqa: E402
 
 H, HV, K, V = P.H, P.HV, P.K, P.V
 

@@ -5,8 +5,8 @@ N = 64, but SK014 applied to SK002's P = 4 / 1-warp output gained nothing in `sk
 four in one process with the probes' method (CUDA graphs over rotated inputs, interleaved, median) on the
 same inputs (merge_tiles_probe.make_inputs, GDN: H = 16, HV = 32, K = V = 128).
 
-    python benchmarks/lazy_ab.py --gen .skel/ab_s4   # CPU, libcst: SK002 (P=4/1 warp, +-num_stages=1; and on SK001) and +SK014
-    python benchmarks/lazy_ab.py --run .skel/ab_s4   # GPU (carry .skel/ab_s4)
+    python experiments/2026-11-30-sk014-lazy-at-t8/lazy_ab.py --gen .skel/ab_s4   # CPU, libcst: SK002 (P=4/1 warp, +-num_stages=1; and on SK001) and +SK014
+    python experiments/2026-11-30-sk014-lazy-at-t8/lazy_ab.py --run .skel/ab_s4   # GPU (carry .skel/ab_s4)
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "2026-11-29-sk002-merged-structure"))  # graph_timing, merge_tiles_probe
+sys.path.insert(0, str(HERE.parent / "2026-11-29-t1-copy-ceiling"))  # persist_probe
 
 
 def gen(out: Path) -> int:
@@ -25,7 +26,7 @@ def gen(out: Path) -> int:
     from skel.rewriter.sk014_lazy_decay import rewrite as lazy
 
     out.mkdir(parents=True, exist_ok=True)
-    src = (HERE.parent / "kernels/gdn_decode/kernel.py").read_text()
+    src = (HERE.parents[1] / "kernels/gdn_decode/kernel.py").read_text()
     from skel.rewriter.sk001_rsqrt import rewrite as rsqrt
 
     [r1] = rsqrt(src, RewriteOptions())  # the norm divisions as rsqrt multiplies, as in the probe's step

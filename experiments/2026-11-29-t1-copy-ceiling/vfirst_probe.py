@@ -19,20 +19,23 @@ and its operands loaded one step ahead, as SK002 emits) for both layouts and tim
 Method: t1_ceiling_probe's (graphs of >= 8 calls over rotated input sets, interleaved, median of --reps),
 with the roofline against both the median and the best (the gate's denominator) of 20 copies of 1 GiB.
 
-    python benchmarks/vfirst_probe.py --out $OUT                      # GPU
-    TRITON_INTERPRET=1 python benchmarks/vfirst_probe.py --cpu-check  # numerics on a CPU
+    python experiments/2026-11-29-t1-copy-ceiling/vfirst_probe.py --out $OUT                      # GPU
+    TRITON_INTERPRET=1 python experiments/2026-11-29-t1-copy-ceiling/vfirst_probe.py --cpu-check  # numerics on a CPU
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-import graph_timing as G
-import t1_ceiling_probe as C
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "2026-11-29-sk002-merged-structure"))  # graph_timing, merge_tiles_probe
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # t1_ceiling_probe
+import graph_timing as G  # noqa: E402
+import t1_ceiling_probe as C  # noqa: E402
 from t1_ceiling_probe import H, HV, K, V, _softplus, rel, roof_bytes
 
 

@@ -20,8 +20,8 @@ because Triton reads a kernel's source from its file. Knobs:
   rsqrt   L2 norms as rsqrt multiplies (SK001 composed) instead of divisions
   vfirst  state stored V-first ([V, K], K contiguous): reductions over K run along lanes
 
-Usage (GPU):  python3 benchmarks/merge_tiles_probe.py --out $OUT
-       (CPU):  TRITON_INTERPRET=1 python benchmarks/merge_tiles_probe.py --cpu-check
+Usage (GPU):  python3 experiments/2026-11-29-sk002-merged-structure/merge_tiles_probe.py --out $OUT
+       (CPU):  TRITON_INTERPRET=1 python experiments/2026-11-29-sk002-merged-structure/merge_tiles_probe.py --cpu-check
 """
 from __future__ import annotations
 
