@@ -56,6 +56,7 @@ class ApplyOptions:
     entry: str | None = None
     variants: tuple[str, ...] = ()
     dims: tuple[tuple[str, int], ...] = ()
+    executor: object = None  # a skel.executor.RayExecutor: every gate judgement becomes a Ray task (remote_gate)
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,12 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         wanted = {c.upper() for c in options.skeletons}
         codes = [c for c in codes if c in wanted]
     progress(f"applicable skeletons: {', '.join(codes) or 'none'}")
-    device = options.device or _default_device()
+    remote = None
+    if options.executor is not None and not options.dry_run:
+        from skel.rewriter.remote_gate import RemoteGate
+
+        remote = RemoteGate(options.executor)
+    device = options.device or (remote.default_device() if remote else _default_device())
     shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
     rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
@@ -207,19 +213,26 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     # reused by the others, so every "% of roofline" in one report has one denominator.
     machine = None
 
-    def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
-        """Write the candidate's file (kept beside the report) and run the gate on it, with progress."""
+    def stage(cand: Candidate, number: int, step: str) -> tuple[str, Path, CandidateOutcome | None]:
+        """Write the candidate's file (kept beside the report); its outcome when it is not for the gate."""
         diff = unified_diff(source, cand.source, path.name)
         cand_path = work / f"candidate_{number:02d}.py"
         write_source(cand_path, cand.source, encoding)
         if options.dry_run:
-            return CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
-                                    cand.unsafe, diff, cand.params, None, str(cand_path))
+            return diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
+                                                     cand.unsafe, diff, cand.params, None, str(cand_path))
         missed = _missed_by_entry(source, cand.source, binding.entry)
         if missed:
             progress(f"[{step}] {cand.label}: {missed}")
-            return CandidateOutcome(cand.skeletons, cand.label, False, None, missed, cand.unsafe, diff, cand.params,
-                                    None, str(cand_path))
+            return diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None, missed, cand.unsafe,
+                                                     diff, cand.params, None, str(cand_path))
+        return diff, cand_path, None
+
+    def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
+        """Stage the candidate and run the gate on it, with progress."""
+        diff, cand_path, decided = stage(cand, number, step)
+        if decided is not None:
+            return decided
         progress(f"[{step}] gate: {cand.label}")
         started = time.monotonic()
         nonlocal machine
@@ -227,25 +240,34 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
         progress(f"[{step}] {outcome.reason} ({time.monotonic() - started:.0f} s)")
         return outcome
 
-    outcomes = [judge(cand, i, f"{i}/{len(cset.candidates)}") for i, cand in enumerate(cset.candidates, 1)]
+    def judge_round(numbered: list[tuple[Candidate, int, str]]) -> list[CandidateOutcome]:
+        """Each (candidate, number, step) judged: one after the other here, or all at once as Ray tasks."""
+        if remote is None:
+            return [judge(*n) for n in numbered]
+        return _judge_remote(remote, numbered, stage, binding, path, shape_set, device, options, progress)
+
+    outcomes = judge_round([(cand, i, f"{i}/{len(cset.candidates)}") for i, cand in enumerate(cset.candidates, 1)])
     perf_measured = device == "cuda" and not options.dry_run
     precision_only = frozenset(o.label for o in outcomes
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
     if perf_measured:  # second round: compose the rest on top of each bucket's measured winner
         refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only,
                           skipped, binding.batch)
-        for k, (cand, origin) in enumerate(refined, 1):
-            judged = judge(cand, len(outcomes) + 1, f"second round {k}/{len(refined)}")
-            outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}", round=2))
+        judged = judge_round([(cand, len(outcomes) + k, f"second round {k}/{len(refined)}")
+                              for k, (cand, _) in enumerate(refined, 1)])
+        for (_, origin), j in zip(refined, judged):
+            outcomes.append(dataclasses.replace(j, reason=f"second round, on {origin}: {j.reason}", round=2))
     runoffs: list = []
-    runoff = _runoff(binding, device, options, progress, lambda: machine) if perf_measured else None
+    runoff = (_runoff(binding, device, options, progress, lambda: machine, **({"remote": remote} if remote else {}))
+              if perf_measured else None)
     winners, outcomes = choose_winners(outcomes, perf_measured, precision_only, runoff, runoffs, binding.batch)
     output = None
     notes: list[str] = []
     if winners and not options.dry_run:
         progress("checking the output file")
         output, out_notes = _write_output(path, source, binding, winners, outcomes, options,
-                                          _dispatch_check(path, binding, shape_set, device, options, work, encoding),
+                                          _dispatch_check(path, binding, shape_set, device, options, work, encoding,
+                                                          remote),
                                           encoding)
         notes += out_notes
         progress(f"wrote {output}")
@@ -345,10 +367,14 @@ def unified_diff(before: str, after: str, name: str) -> str:
 
 
 def _gate(binding: TargetBinding, original: Path, candidate: Path, shapes, device: str, options: ApplyOptions,
-          **kwargs):
-    """The gate as `skel apply` calls it: the target's spec and launcher, numerics required, the run's time limit."""
+          remote=None, **kwargs):
+    """The gate as `skel apply` calls it: the target's spec and launcher, numerics required, the run's time limit;
+    with ``remote`` (remote_gate.RemoteGate) as a Ray task, which uses its cluster's roofline rates."""
     from skel.validate.gate import validate
 
+    if remote is not None:
+        return remote.validate(remote.job(original, candidate, binding.spec, binding.entry, shapes, device,
+                                          options.time_limit, timed=kwargs.get("bench") is not False))
     return validate(original, candidate, spec=binding.spec, entry=binding.entry, shapes=shapes, device=device,
                     time_limit=options.time_limit, require="correct", **kwargs)
 
@@ -362,8 +388,17 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
     try:
         result = _gate(binding, target, cand_path, _shape_arg(shape_set), device, options, machine=machine)
     except GateInputError as exc:
-        return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {exc}",
-                                cand.unsafe, diff, cand.params, None, str(cand_path)), machine
+        result = exc
+    return _outcome(cand, cand_path, result, device, diff), getattr(result, "machine", None) or machine
+
+
+def _outcome(cand: Candidate, cand_path: Path, result, device: str, diff: str) -> CandidateOutcome:
+    """The candidate's outcome from the gate's result (or the GateInputError it raised)."""
+    from skel.validate.gate import GateInputError
+
+    if isinstance(result, GateInputError):
+        return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {result}",
+                                cand.unsafe, diff, cand.params, None, str(cand_path))
     numerics = all(s.numerics is not None and s.numerics.passed for s in result.shapes)
     if result.error:
         reason = f"gate error: {result.error}"
@@ -375,10 +410,29 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
         faster, slower = result.faster_at, result.slower_at
         reason = f"numerics passed; faster at {len(faster)}, slower at {len(slower)} of {len(result.shapes)} shapes"
     return CandidateOutcome(cand.skeletons, cand.label, False, numerics, reason, cand.unsafe, diff, cand.params,
-                            result.to_dict(), str(cand_path)), result.machine or machine
+                            result.to_dict(), str(cand_path))
 
 
-def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine):
+def _judge_remote(remote, numbered, stage, binding: TargetBinding, target: Path, shape_set: str, device: str,
+                  options: ApplyOptions, progress: Progress) -> list[CandidateOutcome]:
+    """A round's candidates staged here, then judged all at once as Ray tasks (``remote``), in order."""
+    staged = [stage(*n) for n in numbered]
+    out: list[CandidateOutcome | None] = [decided for _, _, decided in staged]
+    todo = [k for k, o in enumerate(out) if o is None]
+    jobs = [remote.job(target, staged[k][1], binding.spec, binding.entry, _shape_arg(shape_set), device,
+                       options.time_limit) for k in todo]
+    for k in todo:
+        progress(f"[{numbered[k][2]}] gate (Ray task): {numbered[k][0].label}")
+    started = time.monotonic()
+    for j, result in remote.validate_many(jobs):
+        k = todo[j]
+        cand, _, step = numbered[k]
+        out[k] = _outcome(cand, staged[k][1], result, device, staged[k][0])
+        progress(f"[{step}] {out[k].reason} ({time.monotonic() - started:.0f} s since the round began)")
+    return out
+
+
+def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine, remote=None):
     """select.choose_winners' head-to-head: the challenger's file judged by the gate with the leader's file as
     the original, on the bucket's shapes, in one worker; ``machine()`` the run's roofline rates."""
     from skel.rewriter.select import settle
@@ -388,7 +442,7 @@ def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress
         progress(f"run-off in {bucket}: {challenger.label} against {leader.label}")
         started = time.monotonic()
         try:
-            result = _gate(binding, Path(leader.path), Path(challenger.path), shapes, device, options,
+            result = _gate(binding, Path(leader.path), Path(challenger.path), shapes, device, options, remote,
                            machine=machine())
         except GateInputError as exc:
             return settle(bucket, leader, challenger, None, f"gate could not run: {exc}")
@@ -439,12 +493,12 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
 
 
 def _dispatch_check(target: Path, binding: TargetBinding, shape_set: str, device: str, options: ApplyOptions,
-                    work: Path, encoding: str = "utf-8") -> Callable[[str], str | None]:
+                    work: Path, encoding: str = "utf-8", remote=None) -> Callable[[str], str | None]:
     """Numerics of an emitted dispatch file at every shape (no timing: its parts were timed)."""
     def check(text: str) -> str | None:
         cand = work / "dispatch.py"
         write_source(cand, text, encoding)
-        result = _gate(binding, target, cand, _shape_arg(shape_set), device, options, bench=False)
+        result = _gate(binding, target, cand, _shape_arg(shape_set), device, options, remote, bench=False)
         return None if result.accepted else "; ".join(result.reasons[:2]) or "rejected"
 
     return check
