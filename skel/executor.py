@@ -74,6 +74,7 @@ class RayExecutor:
     def start(self) -> None:
         """Connect to (or start) the cluster; a clear ``ExecutorError`` when that is impossible."""
         ray = _import_ray()
+        _cluster_messages_to_stderr()
         if ray.is_initialized():
             return
         address = self.address or os.environ.get("RAY_ADDRESS") or None
@@ -86,7 +87,7 @@ class RayExecutor:
                 ray.init(address=address, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
-                raise ExecutorError(f"skel: cannot reach {where}: {exc}") from None
+                raise ExecutorError(f"cannot reach {where}: {exc}") from None
 
     def slots(self, res: Resources) -> int:
         """How many tasks needing ``res`` the cluster can run at once (at least 1)."""
@@ -185,8 +186,26 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise ExecutorError(f"skel: --executor ray needs Ray, which is not installed here: {RAY_HINT}") from None
+        raise ExecutorError(f"--executor ray needs Ray, which is not installed here: {RAY_HINT}") from None
     return ray
+
+
+def _cluster_messages_to_stderr() -> None:
+    """Ray's driver prints the cluster's messages ("a worker died ...") on stdout, where ``--json`` output
+    goes: they are sent to stderr instead (Ray keeps no option for it; left alone if its internals moved)."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "skel_stderr", False):
+        return
+
+    def to_stderr(data, *args, **kwargs):
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr.skel_stderr = True
+    ray_worker.print_to_stdstream = to_stderr
 
 
 def _failure(exc: BaseException) -> str:

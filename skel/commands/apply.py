@@ -6,6 +6,7 @@ from pathlib import Path
 
 from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from skel.executor import add_executor_args, executor_from_args
 
 DESCRIPTION = """\
 Profile the target, find the skeletons whose conditions hold, generate candidates (each
@@ -58,6 +59,7 @@ def register(sub) -> None:
     add_json(p)
     add_library(p)
     add_catalog(p)
+    add_executor_args(p)
     p.set_defaults(func=cmd_apply)
 
 
@@ -88,7 +90,7 @@ def cmd_apply(args) -> int:
         device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
         report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
         preview=args.preview, max_bytes=args.max_bytes, entry=args.entry, variants=tuple(args.variant),
-        dims=tuple(args.dims.items()),
+        dims=tuple(args.dims.items()), executor=executor_from_args(args.executor, args.address),
     )
     if args.harness and (args.entry or args.variant or args.dims):
         raise UsageError("--entry, --variant and --dims shape the inferred harness: leave them out with --harness")
