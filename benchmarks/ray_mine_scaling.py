@@ -81,15 +81,65 @@ def ray_config(corpus: Path, workers: int, repeats: int) -> dict:
             "cluster_start_s": round(start_s, 2), "runs": runs}
 
 
+class _Replay:
+    """An executor that hands back analyses computed beforehand: what is left is the driver's own work."""
+
+    def __init__(self, results: dict):
+        self.results = results
+
+    def map(self, fn, items, res=None, on_tally=None, window=None):
+        for i, (path, _text, _lang) in enumerate(items):
+            yield i, self.results[path]
+
+
+def echo(job):
+    return job[1]
+
+
+def driver_ceiling(corpus: Path) -> dict:
+    """Seconds of driver work per kernel file when the workers cost nothing: walking, reading, hashing and
+    writing the catalog (analyses replayed), plus Ray's round trip of each file's text out and results back."""
+    import ray
+
+    from skel.executor import RayExecutor
+    from skel.miner.mine import analyze, collect, prepare
+
+    cands, _ = collect([str(corpus)])
+    preps = [p for p in (prepare(c) for c in cands) if p.outcome is None]
+    results = {p.cand.path: analyze(p.cand.path, p.text, p.cand.language) for p in preps}
+    replay = one_run(corpus, executor=_Replay(results))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ex = RayExecutor()
+    jobs = [(p.text, results[p.cand.path]) for p in preps]
+    list(ex.map(echo, jobs[:8]))  # workers started
+    t = time.perf_counter()
+    list(ex.map(echo, jobs))
+    round_trip = time.perf_counter() - t
+    ray.shutdown()
+    n = len(preps)
+    return {"kernel_files": n, "driver_s": replay["wall_s"], "record_s": replay["record_s"],
+            "ray_round_trip_s": round(round_trip, 3),
+            "driver_ms_per_file": round(1000 * (replay["wall_s"] + round_trip) / n, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=Path.home() / ".cache/skel/corpus/fla_core-0.6.0")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--ceiling-only", action="store_true", help="only the driver's ceiling (merged into --out)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ray_mine_scaling.json"))
     args = ap.parse_args()
     if not args.corpus.is_dir():
         raise SystemExit(f"{args.corpus}: no such folder (see the docstring for how to get fla-core 0.6.0)")
+    if args.ceiling_only:
+        result = json.loads(args.out.read_text())
+        result["driver_ceiling"] = driver_ceiling(args.corpus)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(result["driver_ceiling"])
+        return
     configs = [{"config": "local serial (--jobs 1)", "workers": 1,
                 "runs": [one_run(args.corpus, jobs=1) for _ in range(args.repeats)]},
                {"config": "local process pool (--jobs 2)", "workers": 2,
@@ -101,7 +151,8 @@ def main() -> None:
 
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": platform.node(),
               "cpus": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
-              "corpus": str(args.corpus), "command": "python benchmarks/ray_mine_scaling.py", "configs": configs}
+              "corpus": str(args.corpus), "command": "python benchmarks/ray_mine_scaling.py", "configs": configs,
+              "driver_ceiling": driver_ceiling(args.corpus)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for c in configs:
