@@ -18,6 +18,7 @@ from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, read_shapes
+from skel.harness.reference import Reference, find_reference
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
@@ -72,6 +73,11 @@ class Harness:
     written: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)  # output -> (dims, dtype)
     dispatch: tuple[tuple[str, str], ...] = ()  # dim -> expression over the launcher's arguments
     slots: tuple[str, ...] = ()  # dims of the slot-index tensor: a POOL holds twice as many entries
+    # variable-length batches: (offsets tensor, batch dim, length dim); the packed tensors are drawn
+    # [batch, length, ...] and passed as one sequence [1, batch * length, ...] the offsets cut
+    offsets: tuple[str, str, str] | tuple[()] = ()
+    packed: tuple[str, ...] = ()
+    reference: Reference | None = None  # the project's reference implementation: a second oracle
 
     def to_json(self) -> dict:
         return {"path": str(self.path), "entry": self.entry, "kernel": self.kernel,
@@ -81,7 +87,9 @@ class Harness:
                 "dims": {d.name: {"role": d.role, "ci": list(d.ci), "decode": d.decode, "pow2": d.pow2}
                          for d in self.dims},
                 "outputs": list(self.outputs), "inplace": list(self.inplace), "notes": list(self.notes),
-                "other_launchers": list(self.others)}
+                "other_launchers": list(self.others),
+                "reference": {"path": str(self.reference.path), "name": self.reference.name}
+                if self.reference else None}
 
 
 def _rank(name: str) -> tuple[int, str]:
@@ -137,7 +145,14 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     st.kf = kernel_facts(kernel, flags)
     if flags:
         st.notes.append("kernel read on the path " + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())))
-    read_shapes(st, tensors, path)
+    cuts = [t for t in tensors if kernel_param(st, t) in st.kf.offsets]
+    notes = list(st.notes)
+    read_shapes(st, [t for t in tensors if t not in cuts], path)
+    offsets, packed = _packing(st, tensors, cuts, path)
+    if offsets and _count_locals(st, offsets[0], offsets[1]):  # N = len(cu_seqlens) - 1 sizes allocations
+        st.shapes, st.notes = {}, notes
+        read_shapes(st, [t for t in tensors if t not in cuts], path)
+        offsets, packed = _packing(st, tensors, cuts, path)
     dim_list = _dims(st, tensors, dims or {})
     tensor_args = tuple(_tensor_arg(st, t) for t in tensors)
     values = _values(st, tensors, variants, {d.name for d in dim_list})
@@ -158,9 +173,64 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
             written[name] = (shape, dtype)
     names = {d.name for d in dim_list}
     dispatch = tuple((d, f"{t}.shape[{axis}]") for d, (t, axis) in st.lf.dims.items() if d in names and t in tensors)
+    if offsets:  # packed: the batch is the number of sequences, the length tokens per sequence
+        cut, batch, length = offsets
+        count = f"({cut}.shape[0] - 1)"
+        dispatch = tuple((d, f"({count} if {cut} is not None else {e})" if d == batch else
+                          f"({e} // max(1, {count}) if {cut} is not None else {e})" if d == length else e)
+                         for d, e in dispatch)
+    reference = find_reference(path, entry, launch.kernel, arguments, tuple(tensors))
+    if reference is not None:
+        st.notes.append(f"second oracle: {reference.label}, which takes the launcher's arguments, run on float64"
+                        " copies of the inputs (dropped, with a note, where it disagrees with the original)")
     return Harness(path, entry, launch.kernel, fn.lineno, arguments, tensor_args, values, dim_list, outputs,
                    inplace, tuple(st.notes), others, written, dispatch,
-                   next((t.dims for t in tensor_args if t.values.startswith("slots")), ()))
+                   next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
+                   reference)
+
+
+def _count_locals(st: State, cut: str, batch: str) -> bool:
+    """Locals that count the sequences (``N = len(cu_seqlens) - 1``, ``cu_seqlens.shape[0] - 1``, also as
+    the branch of ``B if cu_seqlens is None else ...``) become aliases of the batch dim; True if any new."""
+    def counts(node: ast.AST) -> bool:
+        if isinstance(node, ast.IfExp):
+            return counts(node.body) or counts(node.orelse)
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.right, ast.Constant)
+                and node.right.value == 1):
+            return False
+        text = ast.unparse(node.left)
+        return text in (f"len({cut})", f"{cut}.shape[0]", f"{cut}.numel()", f"{cut}.size(0)")
+    new = False
+    for name, value in st.lf.exprs.items():
+        if name not in st.lf.dims and st.lf.dim_alias.get(name) != batch and counts(value):
+            st.lf.dim_alias[name] = batch
+            new = True
+    return new
+
+
+def _packing(st: State, tensors: list[str], cuts: list[str], path: Path):
+    """A tensor of sequence offsets (``cu_seqlens``): the tensors the kernel addresses through them are
+    packed along their length axis; each must be [batch, length, ...] in the equal-length reading, and
+    the offsets get [batch] (batch + 1 entries: 0, then each sequence's end)."""
+    if not cuts:
+        return (), ()
+    if len(cuts) > 1:
+        raise HarnessError(f"{path}:{st.lf.line}: {st.kf.name} reads sequence offsets from {', '.join(cuts)}:"
+                           " more than one offsets tensor; write the spec by hand")
+    cut = cuts[0]
+    length = st.binding.get(st.kf.offsets[kernel_param(st, cut)], st.kf.offsets[kernel_param(st, cut)])
+    packed = tuple(t for t in tensors if t not in cuts and kernel_param(st, t) in st.kf.packed)
+    batches = {st.shapes[t][0] for t in packed if len(st.shapes[t]) >= 2 and st.shapes[t][1] == length}
+    bad = [t for t in packed if len(st.shapes[t]) < 2 or st.shapes[t][1] != length]
+    if bad or len(batches) != 1:
+        raise HarnessError(f"{path}:{st.lf.line}: {st.kf.name} packs {', '.join(packed)} by the offsets in '{cut}',"
+                           f" but {', '.join(bad) or 'they'} are not all [batch, {length}, ...]; write the spec by hand")
+    batch = batches.pop()
+    st.shapes[cut] = (batch,)
+    st.notes.append(f"'{cut}' holds sequence offsets ({st.kf.name} reads entries i and i + 1): {batch} sequences"
+                    f" of random lengths averaging {length}, packed into one sequence of {batch} * {length} tokens"
+                    f" in {', '.join(packed)}")
+    return (cut, batch, length), packed
 
 
 def _binding(lf: LauncherFacts, launch) -> dict[str, str]:
@@ -320,6 +390,11 @@ def _tensor_arg(st: State, t: str) -> TensorArg:
                 dtype, why = "float32", f"float32 like '{name}', the launcher's allocation of its shape"
     values, vwhy = "normal", "N(0, 1): the code shows no regime"
     kparam = kernel_param(st, t)
+    if kparam in st.kf.offsets:
+        p = st.lf.param(t)
+        wide = "int64" if p is not None and "Long" in p.annotation else "int32"
+        return TensorArg(t, st.shapes[t], wide, "offsets",
+                         f"sequence offsets into the packed tensors: 0 = c[0] < c[1] < ... < c[{st.shapes[t][0]}]")
     if kparam in st.kf.index_tensors:
         padded = kparam in st.kf.skips_negative
         return TensorArg(t, st.shapes[t], "int32", "slots-padded" if padded else "slots",

@@ -46,6 +46,10 @@ class KernelFacts:
     loop_bounds: frozenset[str] = frozenset()  # parameters a loop runs to (sequence lengths)
     splits: tuple[tuple[str, str, str], ...] = ()  # (root, root // X, root % X): an index split in two
     flags: dict[str, bool] = field(default_factory=dict)  # constexpr parameters tested by `if` -> their default
+    # offsets parameter (cu_seqlens) -> the length parameter whose axis its values offset (T): a program
+    # reads entries i and i + 1, a sequence's start and end in tensors packed along that axis
+    offsets: dict[str, str] = field(default_factory=dict)
+    packed: frozenset[str] = frozenset()  # pointer parameters addressed through those offsets
 
     @staticmethod
     def root_bound(root: str) -> str | None:
@@ -287,9 +291,17 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
 
     pointers: dict[str, PointerUse] = {}
     index_of: dict[str, str] = {}
+    starts = _offset_starts(loads, ex)
+    offsets: dict[str, str] = {}
+    packed: set[str] = set()
     for param in sorted(set(loads) | set(stores)):
         calls = loads.get(param, []) + stores.get(param, [])
         address = ex.masked(ex.expand(calls[0].args[0]) - Poly.atom(param) + _loop_steps(fn, param, ex))
+        for src, start in starts.items():
+            unpacked, length = _unpack(address, _LOAD_ROOT + src, start)
+            if length:
+                address, offsets[src] = unpacked, length
+                packed.add(param)
         if all(not m for m, _ in address.terms):  # fixed elements (w[0], w[1], w[2]): the last one read
             offsets = [ex.expand(c.args[0]) - Poly.atom(param) for c in calls]
             if all(all(not m for m, _ in o.terms) for o in offsets):
@@ -309,7 +321,48 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                 bounds.add(stop.id)
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
-                       _tested_flags(whole, constexprs))
+                       _tested_flags(whole, constexprs), offsets, frozenset(packed))
+
+
+def _offset_starts(loads: dict[str, list[ast.Call]], ex: _Expander) -> dict[str, Poly]:
+    """Parameters read as sequence offsets: two scalar loads at ``i`` and ``i + 1`` (a start and an end,
+    ``bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)``) -> the index ``i``."""
+    out = {}
+    for param, calls in loads.items():
+        places = [ex.expand(c.args[0]) - Poly.atom(param) for c in calls if c.args]
+        scalar = [p for p in places if not any(f.startswith(("arange(", _MASK_ROOT)) for m, _ in p.terms for f in m)]
+        for a in scalar:
+            if any(b - a == Poly.const(1) for b in scalar) and a.terms:
+                out[param] = a
+                break
+    return out
+
+
+def _unpack(address: Poly, root: str, start: Poly) -> tuple[Poly, str | None]:
+    """An address packed along a length axis by loaded offsets (``(bos + t) * H*V``: ``root`` next to a
+    loop or masked offset over ``T`` with the same stride) as the equal-length layout it generalises
+    (``(i_n * T + t) * H*V``): ``root`` replaced by ``T * start``. Unchanged (None) when no such axis."""
+    terms = address.as_dict()
+    for m, c in terms.items():
+        if root not in m:
+            continue
+        rest = list(m)
+        rest.remove(root)
+        for m2, c2 in terms.items():
+            if c2 != c or len(m2) != len(m):
+                continue
+            axis = [f for f in m2 if f not in rest]
+            spare = list(m2)
+            for f in rest:
+                if f in spare:
+                    spare.remove(f)
+            if len(spare) != 1:
+                continue
+            length = spare[0][5:] if spare[0].startswith("loop:") else KernelFacts.root_bound(spare[0])
+            if length and axis:
+                stride = Poly(((tuple(sorted(rest)), c),))
+                return address - Poly(((m, c),)) + stride * Poly.atom(length) * start, length
+    return address, None
 
 
 def _tested_flags(fn: ast.FunctionDef, constexprs: frozenset[str]) -> dict[str, bool]:

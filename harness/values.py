@@ -3,7 +3,8 @@
 normal: N(0, 1). log-decay: logsigmoid(N(0, 1)), in (-inf, 0), what a kernel takes exp() of to decay a
 state. positive: U(0.5, 2), what it takes log() or sqrt() of. slots: distinct indices into a pool of
 ``pool`` entries (one per request, never two alike: two programs writing one slot race). slots-padded:
-the same with about a quarter set to -1, padding the kernel skips.
+the same with about a quarter set to -1, padding the kernel skips. offsets: for ``n`` sequences packed
+into ``tokens`` positions, n + 1 increasing offsets from 0 to ``tokens`` (random lengths, each >= 1).
 """
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ from skel.validate.spec import torch_dtype
 
 
 def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, device, work: str,
-         pool: int = 0) -> torch.Tensor:
+         pool: int = 0, tokens: int = 0) -> torch.Tensor:
     dt = torch_dtype(work if dtype == "work" else dtype)
+    if values == "offsets":
+        (n,) = sizes
+        if not 1 <= n <= tokens:
+            raise ValueError(f"{n} sequences cannot share {tokens} tokens")
+        cuts = torch.randperm(tokens - 1, generator=gen, device=device)[:n - 1] + 1  # distinct inner ends
+        ends = torch.cat([cuts.sort().values, torch.tensor([tokens], device=device)])
+        return torch.cat([torch.zeros(1, dtype=ends.dtype, device=device), ends]).to(dt)
     if values in ("slots", "slots-padded"):
         count = 1
         for s in sizes:

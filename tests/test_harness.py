@@ -252,3 +252,174 @@ def test_liger_kl_div_roles_read_off_the_code(liger):
     h = infer(path, path.read_text())
     assert _shapes(h) == {"y_pred": ("BT", "V"), "y_true": ("BT", "V")} and h.outputs == ("output_tensor",)
     assert {v.name: v.code for v in h.values} == {"log_target": "False", "reduction": "'none'", "eps": "1e-6"}
+
+
+PACKAGED = {  # a kernel file in a package, reaching its helpers through relative imports
+    "__init__.py": "",
+    "ops/__init__.py": "",
+    "consts.py": "SCALE = 0.5\n",
+    "ops/utils.py": '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _square(x):
+    return x * x
+
+
+def block_for(n):
+    return triton.next_power_of_2(n)
+''',
+    "ops/scale.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+from .utils import _square, block_for
+from .. import consts
+
+
+@triton.jit
+def _kernel(x, y, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    b_x = tl.load(x + tl.program_id(0) * n + offs, mask=m, other=0.0)
+    tl.store(y + tl.program_id(0) * n + offs, b_x * alpha + _square(b_x), mask=m)
+
+
+def square_add(x: torch.Tensor) -> torch.Tensor:
+    R, n = x.shape
+    y = torch.empty_like(x)
+    _kernel[(R,)](x, y, n, consts.SCALE, BLOCK=block_for(n))
+    return y
+''',
+}
+
+
+@pytest.mark.parametrize("mutant", [None, "sign"])
+def test_a_kernel_with_relative_imports_is_judged_in_its_package(mutant, tmp_path, monkeypatch):
+    """``from .utils import ...`` and ``from .. import consts``: the original and the candidate (a copy
+    elsewhere) are both imported as members of the target's package, so those imports resolve."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "proj" / "mypkg"
+    for rel, text in PACKAGED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    target = root / "ops" / "scale.py"
+    text = target.read_text() if mutant is None else target.read_text().replace(
+        "b_x * alpha + _square(b_x)", "b_x * alpha - _square(b_x)")
+    result = _judge(target, text, tmp_path, mutant or "copy", "float32")
+    assert result.error is None and result.oracle == "original", result.error
+    assert result.accepted == (mutant is None), result.reasons
+
+
+def test_a_package_that_does_not_import_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "proj2" / "brokenpkg"
+    for rel, text in PACKAGED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "__init__.py").write_text("import a_module_nobody_has\n")
+    target = root / "ops" / "scale.py"
+    result = _judge(target, target.read_text(), tmp_path, "copy", "float32")
+    assert result.error and "brokenpkg.ops" in result.error and "a_module_nobody_has" in result.error, result.error
+
+
+VARLEN = {  # (file, mutant: (old, new)), the first occurrence replaced: the forward kernel's
+    "fla-delta": ("fla/ops/delta_rule/fused_recurrent.py",
+                  ("bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64)",
+                   "bos, eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - 1")),
+    "fla-common": ("fla/ops/common/fused_recurrent.py",
+                   ("bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64)",
+                    "bos, eos = (tl.load(cu_seqlens + i_n) + tl.load(cu_seqlens + i_n + 1)).to(tl.int64) // 2")),
+}
+
+
+@pytest.mark.parametrize("case,mutant", [("fla-delta", False), ("fla-delta", True), ("fla-common", True)])
+def test_zero_config_gate_on_variable_length_batches(case, mutant, fla_corpus, tmp_path, monkeypatch):
+    """``--variant cu_seqlens``: the kernel reads each sequence's start and end from offsets (entries i
+    and i + 1) and addresses tensors packed along the token axis. Inferred: monotonic offsets cutting
+    one packed sequence of B * T tokens into B random lengths; a kernel that reads a wrong start is
+    rejected (judged on both ci shapes: at one token per sequence every cut is alike)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(fla_corpus))
+    rel, (old, new) = VARLEN[case]
+    target = tmp_path / Path(rel).name
+    shutil.copy(fla_corpus / rel, target)
+    h = infer(target, target.read_text(), variants=("cu_seqlens",))
+    tensors = {t.name: t for t in h.tensors}
+    assert tensors["cu_seqlens"].values == "offsets" and tensors["cu_seqlens"].dims == ("B",)
+    assert h.offsets == ("cu_seqlens", "B", "T") and {"q", "k", "v"} <= set(h.packed)
+    spec = tmp_path / "spec.py"
+    assert main(["harness", str(target), "--variant", "cu_seqlens", "-o", str(spec)]) == 0
+    inputs = load_spec(spec).make_inputs(Shape.parse("B3-T4-H2-K16-V16"), "float32", 0, "cpu")
+    cuts = inputs["cu_seqlens"].tolist()
+    assert cuts[0] == 0 and cuts[-1] == 12 and len(cuts) == 4 and all(a < b for a, b in zip(cuts, cuts[1:]))
+    assert inputs["q"].shape[:2] == (1, 12)
+    text = target.read_text()
+    if mutant:
+        assert old in text
+        text = text.replace(old, new, 1)
+    cand = tmp_path / "cand.py"
+    cand.write_text(text)
+    result = validate(target, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32", spec=spec)
+    assert result.error is None, result.error
+    assert result.accepted == (not mutant), result.reasons
+
+
+def test_the_projects_reference_is_a_second_oracle(fla_corpus, tmp_path, monkeypatch):
+    """fla keeps a plain PyTorch version of each kernel in naive.py: naive_recurrent_kda takes the KDA
+    launcher's arguments (naive_chunk_kda does too, but shares fewer words with it), so it is run on
+    float64 copies of the inputs beside the original, and the report names it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(fla_corpus))
+    folder = tmp_path / "kda"
+    folder.mkdir()
+    for name in ("fused_recurrent.py", "naive.py"):
+        shutil.copy(fla_corpus / "fla/ops/kda" / name, folder / name)
+    target = folder / "fused_recurrent.py"
+    h = infer(target, target.read_text())
+    assert h.reference is not None and h.reference.name == "naive_recurrent_kda"
+    result = _judge(target, target.read_text(), tmp_path, "copy", "bfloat16")
+    assert result.error is None and result.accepted, result.reasons
+    assert any(n.startswith("second oracle: the project's reference naive_recurrent_kda") for n in result.notes)
+
+
+REFERENCED = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _axpy_kernel(x, y, out, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, alpha * tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    n = x.numel()
+    out = torch.empty_like(x)
+    _axpy_kernel[(triton.cdiv(n, 128),)](x, y, out, n, alpha, BLOCK=128)
+    return out
+
+
+def axpy_ref(x, y, alpha):
+    return alpha * x + y{tail}
+'''
+
+
+@pytest.mark.parametrize("tail,used", [("", True), (" * 2", False)])
+def test_a_reference_that_disagrees_is_dropped_with_a_note(tail, used, tmp_path, monkeypatch):
+    """``axpy_ref`` takes axpy's arguments: used as the second oracle while it agrees with the original;
+    one that computes something else is named and dropped, and the original alone decides."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = tmp_path / "axpy.py"
+    target.write_text(REFERENCED.replace("{tail}", tail))
+    assert infer(target, target.read_text()).reference.name == "axpy_ref"
+    result = _judge(target, target.read_text(), tmp_path, "copy", "float32")
+    assert result.error is None and result.accepted, result.reasons
+    assert any(n.startswith("second oracle: the project's reference axpy_ref") for n in result.notes) == used
+    assert any("not used as an oracle" in n and "differs from the original" in n for n in result.notes) != used

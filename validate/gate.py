@@ -244,7 +244,8 @@ class _Judgement:
         req = self.req
         cache = _candidate_cache()
         config = scratch_config(self.root, "candidate", req.device, landlock=req.landlock,
-                                display_name=req.candidate.name, triton_cache=cache, writable=[cache])
+                                display_name=req.candidate.name, triton_cache=cache, writable=[cache],
+                                package_of=str(req.kernel))
         copy = Path(config["scratch"]) / "work" / req.candidate.name
         shutil.copyfile(req.candidate, copy)
         config["candidate"] = str(copy)

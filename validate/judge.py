@@ -28,6 +28,20 @@ _ROUNDING = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 _FLOOR_ULPS = 8
 
 
+# A project's reference that differs from the original by more than this rel-RMS computes something
+# else (another default, another layout): it is dropped as an oracle, with a note.
+CROSS_AGREEMENT = 0.05
+
+
+def _rel_rms(a: torch.Tensor, b: torch.Tensor) -> float:
+    x, y = a.detach().to(torch.float64).reshape(-1), b.detach().to(torch.float64).reshape(-1).to(a.device)
+    if not x.numel():
+        return 0.0
+    denom = float(y.norm())
+    err = float((x - y).norm())
+    return err / denom if denom > 0 else (0.0 if err == 0 else float("inf"))
+
+
 def precision_floor(dtype: str) -> float:
     return _FLOOR_ULPS * _ROUNDING.get(dtype, 2.0**-24)
 
@@ -41,6 +55,8 @@ class _Worst:
     original_rel_rms: float | None = None
     diff_rel_rms: float | None = None
     diff_max_abs: float | None = None
+    cross_original: float | None = None  # rel-RMS against the project's float64 reference: the original's
+    cross_candidate: float | None = None  # ... and the candidate's
     passed: bool = True
 
     def update(self, attr: str, value: float) -> None:
@@ -62,6 +78,7 @@ class ShapeJudge:
         self._case_tol: dict[str, Tolerance] = {}  # without a reference: this seed's calibrated tolerances
         self.calibrated: dict[str, Tolerance] = {}  # ... and the loosest over the seeds, by output dtype
         self.notes: list[str] = []
+        self.cross = bool(spec.cross_reference) and spec.oracle == "original"  # a second oracle still in use
 
     def run(self, seeds: tuple[int, ...]) -> NumericsResult:
         for seed in seeds:
@@ -98,6 +115,8 @@ class ShapeJudge:
                 )
                 return False
             self._worst(name).update("original_rel_rms", cmp.rel_rms)
+        if self.cross:
+            self._cross_original(case, seed)
 
         call = self.candidate.call(case, spec.outputs, spec.inplace, f"calling the candidate at {self.shape.label}"
                                    f" seed {seed}")
@@ -155,7 +174,40 @@ class ShapeJudge:
         for name in spec.compared_outputs:
             if name in call.outputs and name in case.ref:
                 self._previous[name] = (call.outputs[name], case.ref[name])
+            if self.cross and name in call.outputs and name in case.x64 \
+                    and tuple(call.outputs[name].shape) == tuple(case.x64[name].shape):
+                self._worst(name).update("cross_candidate", _rel_rms(call.outputs[name], case.x64[name]))
         return len(self.failures) == before
+
+    def _cross_original(self, case: Case, seed: int) -> None:
+        """The project's reference (float64) against the original: a reference that gives nothing, or
+        disagrees beyond what the original's own precision explains, is not the same function and is
+        dropped as an oracle, with a note; else the original's distance to it is recorded per output."""
+        label = self.spec.cross_reference
+        errors = {}
+        for name in self.spec.compared_outputs:
+            base, ref = case.base.get(name), case.x64.get(name)
+            if base is not None and ref is not None and tuple(base.shape) == tuple(ref.shape):
+                errors[name] = _rel_rms(base, ref)
+        worst = max(errors, key=errors.get, default=None)
+        if case.cross_note:
+            why = case.cross_note
+        elif worst is None:
+            why = "it returns none of the compared outputs in their shapes"
+        elif not errors[worst] <= CROSS_AGREEMENT:  # NaN too
+            why = f"it differs from the original by rel-RMS {errors[worst]:.1e} on '{worst}'"
+        else:
+            why = ""
+        if why:
+            self.cross = False
+            self.notes.append(f"the project's reference {label} is not used as an oracle at {self.shape.label}"
+                              f" (seed {seed}): {why}")
+            return
+        for name, err in errors.items():
+            self._worst(name).update("cross_original", err)
+        note = f"second oracle: the project's reference {label} on float64 inputs"
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _named_cheat(self, name: str, got: torch.Tensor, expected: torch.Tensor, inputs: dict) -> str | None:
         """Diagnoses a person recognises at once, checked before the generic error message."""
@@ -189,6 +241,16 @@ class ShapeJudge:
                     f" {w.original_rel_rms:.2e} (more than {PRECISION_RATIO:g}x is rejected even inside the"
                     f" tolerance {self._tol(name).rel_rms:.0e})"
                 )
+        for name, w in self.worst.items():  # the same measure against the project's reference, if any
+            if not self.cross or w.cross_candidate is None or w.cross_original is None or not w.passed:
+                continue
+            limit = PRECISION_RATIO * max(w.cross_original, precision_floor(self.out_dtypes.get(name, "float32")))
+            if w.cross_candidate > limit:
+                w.passed = False
+                self.failures.append(
+                    f"precision downgrade: '{name}' has rel-RMS error {w.cross_candidate:.2e} against the project's"
+                    f" reference {self.spec.cross_reference} (float64), the original {w.cross_original:.2e}"
+                    f" (more than {PRECISION_RATIO:g}x is rejected)")
 
     # -- helpers ----------------------------------------------------------------------------
     @property

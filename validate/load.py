@@ -101,14 +101,20 @@ def _inferred(kernel: Path, entry: str | None) -> Path:
     return spec
 
 
-def load_module(path: str | Path, tag: str) -> ModuleType:
+def load_module(path: str | Path, tag: str, package_of: str | Path | None = None) -> ModuleType:
     """Import a .py file by path under a private name (two files with equal names never clash).
 
-    Raises whatever executing the file raises.
+    A file with relative imports (``from .utils import x``) is imported as a private submodule of the
+    package its ``__init__.py`` chain names, so those imports resolve as they do in the user's code;
+    ``package_of`` names the file whose package that is (a candidate is a copy of the target, judged as
+    if it stood in the target's place). Raises whatever executing the file raises.
     """
     path = Path(path).resolve()
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     name = f"_skel_{tag}_{path.stem}_{digest}"
+    package = _package_for(path, Path(package_of).resolve() if package_of else path)
+    if package is not None:
+        name = f"{package}.{name}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
         raise ImportError(f"cannot load {path} as a Python module")
@@ -121,6 +127,48 @@ def load_module(path: str | Path, tag: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def enclosing_package(path: Path) -> tuple[str, Path] | None:
+    """The dotted package a file sits in by its ``__init__.py`` chain, and the folder above its top
+    package (what must be on ``sys.path`` to import it); None outside a package."""
+    parts: list[str] = []
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return (".".join(parts), folder) if parts else None
+
+
+def relative_imports(path: Path) -> bool:
+    """Whether the file imports relatively (``from . import x``, ``from ..pkg import y``)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
+
+
+def _package_for(path: Path, anchor: Path) -> str | None:
+    """The package to import ``path`` under, imported first: only for a file with relative imports (any
+    other file runs standalone, its package's ``__init__`` never executed for nothing)."""
+    if not relative_imports(path):
+        return None
+    found = enclosing_package(anchor)
+    if found is None:
+        raise ImportError(f"{anchor} imports relatively but is not inside a package (no __init__.py beside it):"
+                          " judge it where it lives in its package")
+    package, root = found
+    if importlib.util.find_spec(package.split(".")[0]) is None:
+        sys.path.append(str(root))
+    try:
+        importlib.import_module(package)
+    except Exception as exc:
+        raise ImportError(f"its package {package} (relative imports) does not import:"
+                          f" {type(exc).__name__}: {exc}") from exc
+    return package
 
 
 def load_spec(path: str | Path):

@@ -31,6 +31,8 @@ class Case:
     original_failure: str | None = None
     pert: dict[str, Any] = field(default_factory=dict)  # without a reference: the original one ulp away
     note: str = ""
+    x64: dict[str, Any] = field(default_factory=dict)  # the project's reference on float64 inputs (a second oracle)
+    cross_note: str = ""  # why that reference gave nothing for this case
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -87,7 +89,8 @@ class OracleClient:
         reply = self.ask({"op": "case", "shape": shape.label, "dtype": dtype, "seed": seed}, doing)
         groups = _split(self.worker.fetch(reply, self.deadline.left(), doing))
         return Case(groups.get("in", {}), reply.get("values", {}), groups.get("ref", {}), groups.get("base", {}),
-                    reply.get("original_failure"), groups.get("pert", {}), str(reply.get("upcast_note", "")))
+                    reply.get("original_failure"), groups.get("pert", {}), str(reply.get("upcast_note", "")),
+                    groups.get("x64", {}), str(reply.get("cross_note", "")))
 
     def check(self, name: str, got: Any) -> str | None:
         descriptor, new, fds = self.worker.upload({"got": got})

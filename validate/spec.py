@@ -95,6 +95,9 @@ class TargetSpec:
     tolerances: by the *output's* dtype name ("bfloat16", "float32", ...).
     dtypes: input dtypes the family supports; the first is the default.
     checks: outputs judged by a custom check instead of elementwise error.
+    cross_reference(**float64 inputs) -> outputs (a dict by name, a tuple in ``outputs`` order or one
+        tensor): with no ``reference``, a second oracle beside the original, e.g. the plain PyTorch
+        version the kernel's project keeps; the candidate must be about as close to it as the original.
     dims: how the launcher's arguments give a shape dim, for `skel apply`'s dispatch between variants
         accepted at different shapes; when empty, apply infers them from make_inputs on the ci shapes.
     bytes / flops: minimum memory traffic and arithmetic per call, for the roofline.
@@ -115,6 +118,7 @@ class TargetSpec:
     description: str = ""
     dims: tuple[tuple[str, str], ...] = ()  # (dim, expression over the entry's arguments), e.g. ("T", "q.shape[1]")
     batch: str = "N"  # the batch-like dim: `skel apply` picks one winner per shape bucket of the other dims
+    cross_reference: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         missing = {"ci", "decode"} - set(self.shape_sets)
@@ -136,7 +140,14 @@ class TargetSpec:
     def info(self) -> "SpecInfo":
         return SpecInfo(self.family, self.entry, self.outputs, self.inplace, dict(self.shape_sets),
                         dict(self.tolerances), self.dtypes, tuple(self.checks), self.description, self.dims,
-                        "reference" if self.reference is not None else "original", self.batch)
+                        "reference" if self.reference is not None else "original", self.batch,
+                        _label(self.cross_reference) if self.reference is None else "")
+
+
+def _label(fn: Any) -> str:
+    if fn is None:
+        return ""
+    return str(getattr(fn, "label", "") or getattr(fn, "__name__", "") or "a reference")
 
 
 def passed_over(output: str) -> bool:
@@ -178,6 +189,7 @@ class SpecInfo:
     dims: tuple[tuple[str, str], ...] = ()
     oracle: str = "reference"  # "reference": the spec's float64 reference; "original": calibrated self-oracle
     batch: str = "N"
+    cross_reference: str = ""  # with oracle "original": the second oracle's name ("" when none)
 
     @property
     def compared_outputs(self) -> tuple[str, ...]:
@@ -196,6 +208,7 @@ class SpecInfo:
             "tolerances": {k: [t.rel_rms, t.max_abs] for k, t in self.tolerances.items()},
             "dtypes": list(self.dtypes), "checks": list(self.checks), "description": self.description,
             "dims": [list(d) for d in self.dims], "oracle": self.oracle, "batch": self.batch,
+            "cross_reference": self.cross_reference,
         }
 
     @classmethod
@@ -207,7 +220,7 @@ class SpecInfo:
             tolerances={k: Tolerance(float(r), float(a)) for k, (r, a) in value["tolerances"].items()},
             dtypes=tuple(value["dtypes"]), checks=tuple(value["checks"]), description=str(value["description"]),
             dims=tuple((str(a), str(b)) for a, b in value["dims"]), oracle=str(value.get("oracle", "reference")),
-            batch=str(value.get("batch", "N")),
+            batch=str(value.get("batch", "N")), cross_reference=str(value.get("cross_reference", "")),
         )
 
 

@@ -236,6 +236,8 @@ class Oracle(Role):
             named += [(f"base.{k}", v) for k, v in base.outputs.items()]
             if spec.reference is None:
                 named += self._self_oracle(inputs, seed, reply)
+                if spec.cross_reference is not None:
+                    named += self._cross_reference(inputs, reply)
         except CallFailed as exc:
             reply["original_failure"] = str(exc)
         reply["tensors"] = self.hand_over(named)
@@ -258,6 +260,21 @@ class Oracle(Role):
         pert = run_call(self.original, perturbed(inputs, seed), spec.outputs, spec.inplace, self.device, None)
         named += [(f"pert.{k}", v) for k, v in pert.outputs.items()]
         return named
+
+    def _cross_reference(self, inputs: dict, reply: dict) -> list[tuple[str, Any]]:
+        """The project's own reference on float64 copies of the inputs ("x64"); where it fails, why."""
+        from skel.validate.numerics import describe_exception
+        from skel.validate.reference import float64, named_outputs
+
+        try:
+            result = self.spec.cross_reference(**float64(inputs))
+        except Exception as exc:
+            reply["cross_note"] = f"the reference fails on float64 inputs ({describe_exception(exc, None)})"
+            return []
+        got = named_outputs(result, self.spec.outputs)
+        if not got:
+            reply["cross_note"] = "the reference returns none of the launcher's outputs"
+        return [(f"x64.{k}", v) for k, v in got.items()]
 
     def op_check(self, message: dict) -> dict:
         """The spec's own check of a candidate output (data from the judge) against this case."""
@@ -311,7 +328,7 @@ class Candidate(Role):
         name = self.config["display_name"]
         self.watch = Watch(self.config["scratch"], tuple(self.config.get("writable", ())))
         try:
-            module = load_module(self.path, "candidate")
+            module = load_module(self.path, "candidate", self.config.get("package_of"))
             self.interpreted(module)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from a module body too
             return {"rejection": f"the candidate {name} does not import: {describe_exception(exc, self.path)}"}

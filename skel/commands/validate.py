@@ -107,10 +107,12 @@ def render(result) -> str:
     if result.machine is not None and getattr(result.machine, "name", ""):
         m = result.machine
         lines.append(f"  device: {m.name} (driver {m.driver or '?'}; {m.versions}), copy {m.copy_bps / 1e12:.2f} TB/s")
+    second = [n for n in result.notes if n.startswith("second oracle: ")]
     if result.oracle == "original":
         lines.append("  oracle: the original kernel (no reference): each output's accepted error calibrated per case"
-                     " from the original's spread under one-ulp input perturbations and its float32-upcast run")
-    lines += [f"  note: {n}" for n in result.notes]
+                     " from the original's spread under one-ulp input perturbations and its float32-upcast run"
+                     + "".join(f"; {n}" for n in second))
+    lines += [f"  note: {n}" for n in result.notes if n not in second]
     if result.isolation:
         lines.append(f"  isolation: {result.isolation.get('summary', '')}")
     if result.reasons:
