@@ -235,3 +235,57 @@ def test_apply_on_ray_gives_the_local_verdicts_even_when_a_worker_dies(cluster, 
 
     assert verdicts(remote) == verdicts(local)
     assert all(c["numerics_passed"] for c in local["candidates"])
+
+
+def test_task_progress_says_done_running_queued_failed():
+    import io
+
+    from skel.commands.progress import TallyProgress
+    from skel.executor import Tally
+
+    out = io.StringIO()
+    clock = iter([0.0, 1.0, 20.0, 21.0])
+    show = TallyProgress(out, "skel mine --executor ray", "files", every_s=10.0, clock=lambda: next(clock))
+    show(Tally(10, 0, 4, 0))
+    show(Tally(10, 2, 4, 0))  # within 10 s: not written
+    show(Tally(10, 7, 2, 1))
+    show(Tally(10, 9, 0, 1))  # finished: always written
+    assert out.getvalue().splitlines() == [
+        "skel mine --executor ray: 0/10 files done, 4 running, 6 queued, 0 failed",
+        "skel mine --executor ray: 7/10 files done, 2 running, 0 queued, 1 failed",
+        "skel mine --executor ray: 9/10 files done, 0 running, 0 queued, 1 failed",
+    ]
+
+
+def test_the_roofline_is_measured_once_per_gpu_model_and_judgements_hold_one_gpu(tmp_path):
+    """RemoteGate's GPU path without a GPU: a stand-in executor records what each task asked for."""
+    from skel.executor import Resources
+    from skel.rewriter import remote_gate as rg
+
+    class Cluster:
+        calls: list = []
+
+        def resources(self):
+            return {"CPU": 32.0, "GPU": 3.0, "accelerator_type:H200": 2.0, "accelerator_type:H100": 1.0}
+
+        def call(self, fn, item, res=Resources()):
+            self.calls.append((fn.__name__, res))
+            return f"rates of {dict(res.custom)}" if fn is rg.roofline_task else "verdict"
+
+        def map(self, fn, items, res=Resources(), on_tally=None):
+            for i, item in enumerate(items):
+                self.calls.append((fn.__name__, res))
+                yield i, rg.GateRefused("no such shape") if i == 1 else "verdict"
+
+    gate = rg.RemoteGate(Cluster())
+    assert gate.default_device() == "cuda"
+    jobs = [gate.job(tmp_path / "k.py", tmp_path / f"c{i}.py", None, "launch", "decode", "cuda", 60.0) for i in (1, 2)]
+    untimed = gate.job(tmp_path / "k.py", tmp_path / "d.py", None, "launch", "decode", "cuda", 60.0, timed=False)
+    assert jobs[0].machines == jobs[1].machines == (
+        ("H100", "rates of {'accelerator_type:H100': 0.001}"), ("H200", "rates of {'accelerator_type:H200': 0.001}"))
+    assert untimed.machines == () and not untimed.timed
+    roofline = [res for name, res in Cluster.calls if name == "roofline_task"]
+    assert len(roofline) == 2 and all(r.gpus == 1 and r.own_process for r in roofline)  # once per model
+    results = dict(gate.validate_many(jobs))
+    assert results[0] == "verdict" and isinstance(results[1], rg.GateInputError) and "no such shape" in str(results[1])
+    assert all(res == Resources(cpus=1, gpus=1) for name, res in Cluster.calls if name == "gate_task")

@@ -110,12 +110,12 @@ def handler(args) -> int:
     if args.variants:
         return _variants(args)
     progress = None if args.no_progress or executor else Progress(sys.stderr)
-    tally = None if args.no_progress or not executor else TallyProgress(sys.stderr, "skel mine --executor ray", "files")
+    tasks = None if args.no_progress or not executor else TallyProgress(sys.stderr, "skel mine --executor ray", "files")
     try:
         report = mine(args.paths, catalog=args.catalog, jobs=args.jobs, force=args.force,
-                      max_bytes=args.max_bytes, progress=progress, executor=executor, on_tally=tally)
+                      max_bytes=args.max_bytes, progress=progress, executor=executor, on_tally=tasks)
     finally:
-        for shown in (progress, tally):
+        for shown in (progress, tasks):
             if shown:
                 shown.close()
     if args.json:
@@ -138,16 +138,16 @@ def _history(args, executor=None) -> int:
     reports = []
     for path in args.paths:
         progress = None if args.no_progress else RateProgress(sys.stderr, f"skel mine --history {path}", "commits")
-        tally = None if args.no_progress or not executor else TallyProgress(sys.stderr, f"Ray tasks for {path}",
+        tasks = None if args.no_progress or not executor else TallyProgress(sys.stderr, f"Ray tasks for {path}",
                                                                             "chunks")
         try:
             reports.append(mine_history(path, catalog=args.catalog, paths=tuple(args.under), rev=args.rev,
                                         max_commits=args.max_commits, min_support=args.min_support, force=args.force,
-                                        progress=progress, executor=executor, on_tally=tally))
+                                        progress=progress, executor=executor, on_tally=tasks))
         except GitError as exc:
             raise UsageError(f"skel mine --history: {exc}") from None
         finally:
-            for shown in (progress, tally):
+            for shown in (progress, tasks):
                 if shown:
                     shown.close()
     if args.json:
