@@ -192,6 +192,8 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
 
         remote = RemoteGate(options.executor)
     device = options.device or (remote.default_device() if remote else _default_device())
+    if remote is not None:
+        remote.check(device)
     shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
     rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,

@@ -79,6 +79,14 @@ class RemoteGate:
     def default_device(self) -> str:
         return "cuda" if self.executor.resources().get("GPU", 0) >= 1 else "cpu"
 
+    def check(self, device: str) -> None:
+        """A judgement on ``device`` must be schedulable: a GPU task on a cluster without GPUs would wait forever."""
+        if device == "cuda" and self.executor.resources().get("GPU", 0) < 1:
+            from skel.errors import UsageError
+
+            raise UsageError("--executor ray --device cuda: the Ray cluster has no GPU (judge on its CPUs with "
+                             "--device cpu, or add a GPU node)")
+
     def job(self, original, candidate, spec, entry, shapes, device: str, time_limit: float,
             require: str = "correct", timed: bool = True) -> GateJob:
         machines = self._machines() if device == "cuda" and timed else ()

@@ -279,6 +279,7 @@ def test_the_roofline_is_measured_once_per_gpu_model_and_judgements_hold_one_gpu
 
     gate = rg.RemoteGate(Cluster())
     assert gate.default_device() == "cuda"
+    gate.check("cuda")
     jobs = [gate.job(tmp_path / "k.py", tmp_path / f"c{i}.py", None, "launch", "decode", "cuda", 60.0) for i in (1, 2)]
     untimed = gate.job(tmp_path / "k.py", tmp_path / "d.py", None, "launch", "decode", "cuda", 60.0, timed=False)
     assert jobs[0].machines == jobs[1].machines == (
@@ -289,3 +290,13 @@ def test_the_roofline_is_measured_once_per_gpu_model_and_judgements_hold_one_gpu
     results = dict(gate.validate_many(jobs))
     assert results[0] == "verdict" and isinstance(results[1], rg.GateInputError) and "no such shape" in str(results[1])
     assert all(res == Resources(cpus=1, gpus=1) for name, res in Cluster.calls if name == "gate_task")
+
+    class NoGPU(Cluster):
+        def resources(self):
+            return {"CPU": 2.0}
+
+    from skel.errors import UsageError
+
+    with pytest.raises(UsageError, match="has no GPU"):
+        rg.RemoteGate(NoGPU()).check("cuda")
+    assert rg.RemoteGate(NoGPU()).default_device() == "cpu"

@@ -20,6 +20,12 @@ all of them behind a dispatch on shape. The input is never overwritten unless --
 (which keeps a .orig backup). Without a GPU, numerics run in Triton's interpreter and
 performance is reported as not measured: nothing is accepted.
 
+With --executor ray [--address ADDR] (needs `pip install 'skel[ray]'`), every judgement (each candidate
+against the original, each run-off, the dispatch check) is a Ray task holding one GPU (one CPU with --device
+cpu): the same gate, with the original and the candidate in their own contained workers, judging a round's
+candidates all at once; the roofline is measured once per GPU model; a judgement whose worker or node is lost is
+re-run. The target, its spec and the report folder must be at the same path on every node.
+
 Exit codes: 0 a rewrite was accepted and written; 1 nothing accepted (or dry run with
 candidates); 2 usage or input error: a missing, unreadable, binary or undecodable target (Python
 sources are decoded per PEP 263: a coding cookie is honoured), a folder, an empty file, a CUDA

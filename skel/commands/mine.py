@@ -56,6 +56,13 @@ earlier PATH (the reference) to the later one (the variant). The edits join the 
 edits in the same clustering; their provenance is "variant pair: A:line vs B:line", and
 one pair is enough support. Unchanged files are not re-mined.
 
+Ray (--executor ray [--address ADDR], needs `pip install 'skel[ray]'`): each file to parse is a Ray task
+(--jobs is then unused); this process still walks and reads the files, sends each file's text with its task
+and is the only writer of the catalog. A task whose worker or node dies is re-run (3 retries); one that still
+fails is listed under errors. Progress shows tasks done, running, queued and failed. With --history, runs of
+32 consecutive commits are the tasks (the repository must be at the same path on every node) and are recorded
+in commit order. Without --address: $RAY_ADDRESS, else a local cluster.
+
 --json prints {"files", "kernels", "instances": [{"skeleton", "path", "line", "kernel"}],
 "opportunities": [...same keys...], "errors": [{"path", "error"}]}, where files counts the
 source files looked at and kernels the kernels profiled (jit helper functions excluded)."""
