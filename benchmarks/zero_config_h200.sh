@@ -4,8 +4,10 @@
 # hand-written harness where one exists (fla-core's delta rule). Run from the repo root on the GPU
 # machine with .whl carried (libcst, tree-sitter, fla-core, einops, liger-kernel wheels):
 #   bash benchmarks/zero_config_h200.sh "$OUT" [JOB ...]
-# Jobs: delta_hand delta_zero simple_gla_zero kda_pool_zero rms_norm_zero swiglu_zero (default: all; one
-# 10-minute device call does not hold them all: split them across calls).
+# Jobs: delta_hand delta_zero simple_gla_zero kda_pool_zero rms_norm_zero swiglu_zero, and
+# delta_varlen_zero (--variant cu_seqlens: packed variable-length batches), kda_ref_zero (fla's naive.py
+# beside the kernel: its naive_recurrent_kda the second oracle), simple_gla_serving_zero (--variant g
+# --variant initial_state). Default: all; one 10-minute device call does not hold them all: split them.
 DEST=${1:-/tmp/out}; shift
 OUT=/tmp/skel-zero-config
 mkdir -p "$OUT" "$DEST"
@@ -21,6 +23,7 @@ cp /tmp/site/fla/ops/common/fused_recurrent.py /tmp/work/fla_common_recurrent.py
 cp /tmp/site/fla/ops/kda/fused_recurrent.py /tmp/work/fla_kda_pool.py
 cp /tmp/site/liger_kernel/ops/rms_norm.py /tmp/work/liger_rms_norm.py
 cp /tmp/site/liger_kernel/ops/swiglu.py /tmp/work/liger_swiglu.py
+mkdir -p /tmp/work/kda && cp /tmp/site/fla/ops/kda/fused_recurrent.py /tmp/site/fla/ops/kda/naive.py /tmp/work/kda/
 delta() { local s=""; for x in "$@"; do s="$s,$x"; done; echo "${s#,}"; }
 run() {  # name, shapes, target, extra args...
   local name=$1 shapes=$2 target=$3; shift 3
@@ -47,6 +50,12 @@ for job in ${@:-delta_hand delta_zero simple_gla_zero kda_pool_zero rms_norm_zer
       /tmp/work/liger_rms_norm.py --max-candidates ${SKEL_MAX_CANDIDATES:-6} ;;
     swiglu_zero) run swiglu_zero "$(delta n_rows1-n_cols4096 n_rows64-n_cols4096 n_rows256-n_cols4096)" \
       /tmp/work/liger_swiglu.py --max-candidates ${SKEL_MAX_CANDIDATES:-6} ;;
+    delta_varlen_zero) run delta_varlen_zero "$(delta B1-T1-H32-K128-V128 B32-T1-H32-K128-V128 B64-T8-H32-K128-V128)" \
+      /tmp/work/fla_delta.py --variant cu_seqlens --skeleton SK002 --max-candidates ${SKEL_MAX_CANDIDATES:-6} --no-record ;;
+    kda_ref_zero) run kda_ref_zero "$(delta B1-T1-H32-K128-HV32-V128 B64-T1-H32-K128-HV32-V128)" \
+      /tmp/work/kda/fused_recurrent.py --entry fused_recurrent_kda_fwd --max-candidates ${SKEL_MAX_CANDIDATES:-4} --no-record ;;
+    simple_gla_serving_zero) run simple_gla_serving_zero "$(delta B1-T1-H32-K128-V128 B64-T1-H32-K128-V128)" \
+      /tmp/work/fla_common_recurrent.py --variant g --variant initial_state --max-candidates ${SKEL_MAX_CANDIDATES:-4} --no-record ;;
     *) echo "unknown job $job" ;;
   esac
 done

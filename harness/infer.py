@@ -36,7 +36,7 @@ class TensorArg:
     name: str
     dims: tuple[str, ...]
     dtype: str  # "work" (the spec's dtype), "float32", "int32", "int64"
-    values: str  # "normal", "log-decay", "positive", "slots", "slots-padded"
+    values: str  # "normal", "log-decay", "positive", "unit-interval", "unit-norm", "slots", "slots-padded", "offsets"
     why: str
 
 
@@ -92,7 +92,7 @@ class Harness:
                 if self.reference else None}
 
 
-def _rank(name: str) -> tuple[int, str]:
+def launcher_rank(name: str) -> tuple[int, str]:
     low = name.lower()
     backward = any(w in low for w in ("bwd", "backward", "grad"))
     return (1 if backward else 0, name)
@@ -113,7 +113,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                            "launched from another file, they can be judged through that launcher "
                            "(skel capture records its calls from your own test or benchmark)")
     if entry is None:
-        entry = sorted(found, key=_rank)[0]
+        entry = sorted(found, key=launcher_rank)[0]
     if entry not in found:
         raise HarnessError(f"{path}: no launcher {entry!r} (launchers here: {', '.join(sorted(found))})")
     fn = found[entry]
@@ -404,6 +404,12 @@ def _tensor_arg(st: State, t: str) -> TensorArg:
         values, vwhy = "log-decay", f"{st.kf.name} takes exp() of it: log-decays in (-inf, 0), logsigmoid(N(0, 1))"
     elif use is not None and use.regime == "positive":
         values, vwhy = "positive", f"{st.kf.name} takes log/sqrt of it: U(0.5, 2)"
+    elif use is not None and use.regime == "unit-interval":
+        values, vwhy = "unit-interval", (f"{st.kf.name} applies sigmoid to it only under a flag off on this path:"
+                                         " the caller passes sigmoid outputs, sigmoid(N(0, 1))")
+    elif use is not None and use.regime == "unit-norm":
+        values, vwhy = "unit-norm", (f"{st.kf.name} L2-normalises it only under a flag off on this path: the caller"
+                                     " passes unit rows, N(0, 1) normalised over the last dim")
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
 
 

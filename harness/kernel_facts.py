@@ -292,6 +292,7 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     pointers: dict[str, PointerUse] = {}
     index_of: dict[str, str] = {}
     starts = _offset_starts(loads, ex)
+    transforms = _skipped_transforms(whole, flags or {}, {p: _loaded_names(fn, p, ex) for p in loads})
     offsets: dict[str, str] = {}
     packed: set[str] = set()
     for param in sorted(set(loads) | set(stores)):
@@ -306,7 +307,8 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
             offsets = [ex.expand(c.args[0]) - Poly.atom(param) for c in calls]
             if all(all(not m for m, _ in o.terms) for o in offsets):
                 address = Poly.const(max(sum(c for _, c in o.terms) for o in offsets))
-        pointers[param] = PointerUse(param, param in loads, param in stores, address, _regime(fn, param, ex))
+        regime = transforms.get(param) or _regime(fn, param, ex)
+        pointers[param] = PointerUse(param, param in loads, param in stores, address, regime)
         for m, _ in address.terms:
             for f in m:
                 src = KernelFacts.loaded_from(f)
@@ -435,13 +437,62 @@ def _collect_masks(fn: ast.FunctionDef, ex: _Expander, params: tuple[str, ...]) 
 
 
 def _loaded_names(fn: ast.FunctionDef, param: str, ex: _Expander) -> set[str]:
+    """Names holding values loaded from ``param``, and names that merely rename one (``b_gk = b_g``)."""
     names = set()
+    renames: list[tuple[str, str]] = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = _strip(node.value)
             if _call_name(value) == "load" and value.args and ex.base_of(value.args[0]) == param:
                 names.add(node.targets[0].id)
+            elif isinstance(value, ast.Name):
+                renames.append((node.targets[0].id, value.id))
+    grew = True
+    while grew:
+        grew = False
+        for target, source in renames:
+            if source in names and target not in names:
+                names.add(target)
+                grew = True
     return names
+
+
+def _transform_of(value: ast.AST, name: str) -> str:
+    """The regime a transform of ``name`` puts values in: ``sigmoid(x)`` -> "unit-interval",
+    ``x / sqrt(sum(x * x) + eps)`` or ``x * rsqrt(...)`` -> "unit-norm", ``softplus(x)``/``exp(x)`` -> "positive"."""
+    value = _strip(value)
+    uses = lambda node: any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))  # noqa: E731
+    call = _call_name(value)
+    if call == "sigmoid" and value.args and uses(value.args[0]):
+        return "unit-interval"
+    if call in ("softplus", "exp") and value.args and uses(value.args[0]):
+        return "positive"
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Div, ast.Mult)):
+        left, right = _strip(value.left), _strip(value.right)
+        root = _call_name(right)
+        if isinstance(left, ast.Name) and left.id == name and root in ("sqrt", "rsqrt") \
+                and (root == "sqrt") == isinstance(value.op, ast.Div) and uses(right):
+            return "unit-norm"
+    return ""
+
+
+def _skipped_transforms(fn: ast.FunctionDef, flags: dict[str, bool], loaded: dict[str, set[str]]) -> dict[str, str]:
+    """Transforms the kernel applies to a loaded tensor only under a constexpr flag that is off on the
+    judged path (``if USE_QK_L2NORM_IN_KERNEL: b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)``,
+    ``if APPLY_BETA_SIGMOID: b_beta = tl.sigmoid(b_beta)``): with the flag off the caller does it, so the
+    tensor holds transformed values -> pointer parameter: the regime the transform implies."""
+    out: dict[str, str] = {}
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name) and flags.get(node.test.id) is False):
+            continue
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                name = stmt.targets[0].id
+                regime = _transform_of(stmt.value, name)
+                param = next((p for p, names in loaded.items() if name in names), None)
+                if regime and param:
+                    out.setdefault(param, regime)
+    return out
 
 
 def _regime(fn: ast.FunctionDef, param: str, ex: _Expander) -> str:

@@ -123,9 +123,14 @@ def _own_nodes(fn: ast.AST):
 def kernels_reached(tree: ast.Module, entry: str) -> set[str]:
     """The file's kernels that calling ``entry`` can launch: those it launches and those the same-file
     functions it calls (transitively) launch."""
+    return functions_reached(tree, entry) & set(jit_functions(tree))
+
+
+def functions_reached(tree: ast.Module, entry: str) -> set[str]:
+    """The file's top-level functions that calling ``entry`` runs: itself, the kernels it launches, the
+    same-file functions it calls and, transitively, theirs (a kernel's ``@triton.jit`` helpers too)."""
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    kernels = set(jit_functions(tree))
-    reached, todo, seen = set(), [entry], set()
+    todo, seen = [entry], set()
     while todo:
         name = todo.pop()
         if name in seen or name not in functions:
@@ -133,10 +138,12 @@ def kernels_reached(tree: ast.Module, entry: str) -> set[str]:
         seen.add(name)
         for node in ast.walk(functions[name]):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
-                reached.add(node.func.value.id)
+                todo.append(node.func.value.id)  # kernel[grid](...)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 todo.append(node.func.id)
-    return reached & kernels
+            elif isinstance(node, ast.Name) and node.id in functions:
+                todo.append(node.id)  # passed as a value (a helper handed to a wrapper)
+    return seen
 
 
 def changed_kernels(before: str, after: str) -> set[str] | None:

@@ -1,10 +1,12 @@
 """Input values an inferred or captured spec draws, by the regime its kernel's code implies.
 
 normal: N(0, 1). log-decay: logsigmoid(N(0, 1)), in (-inf, 0), what a kernel takes exp() of to decay a
-state. positive: U(0.5, 2), what it takes log() or sqrt() of. slots: distinct indices into a pool of
+state. positive: U(0.5, 2), what it takes log() or sqrt() of. unit-interval: sigmoid(N(0, 1)); unit-norm:
+N(0, 1) rows scaled to norm 1 (last dim): what the kernel would make them under a flag that is off. slots: distinct indices into a pool of
 ``pool`` entries (one per request, never two alike: two programs writing one slot race). slots-padded:
 the same with about a quarter set to -1, padding the kernel skips. offsets: for ``n`` sequences packed
-into ``tokens`` positions, n + 1 increasing offsets from 0 to ``tokens`` (random lengths, each >= 1).
+into ``tokens`` positions, n + 1 increasing offsets from 0 to ``tokens``: random lengths between 1 and
+twice the mean (bounded, so a recurrence runs no longer than twice the equal-length case).
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, 
     dt = torch_dtype(work if dtype == "work" else dtype)
     if values == "offsets":
         (n,) = sizes
-        if not 1 <= n <= tokens:
-            raise ValueError(f"{n} sequences cannot share {tokens} tokens")
-        cuts = torch.randperm(tokens - 1, generator=gen, device=device)[:n - 1] + 1  # distinct inner ends
-        ends = torch.cat([cuts.sort().values, torch.tensor([tokens], device=device)])
-        return torch.cat([torch.zeros(1, dtype=ends.dtype, device=device), ends]).to(dt)
+        if n < 1 or tokens < n or tokens % n:
+            raise ValueError(f"{n} sequences cannot share {tokens} tokens evenly on average")
+        mean = tokens // n  # each end moves at most half a mean length: every length in [1, 2 * mean - 1]
+        jitter = torch.randint(-(mean // 2), (mean - 1) // 2 + 1, (n + 1,), generator=gen, device=device)
+        ends = torch.arange(n + 1, device=device) * mean + jitter
+        ends[0], ends[-1] = 0, tokens
+        return ends.to(dt)
     if values in ("slots", "slots-padded"):
         count = 1
         for s in sizes:
@@ -35,6 +39,10 @@ def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, 
     x = torch.randn(*sizes, generator=gen, device=device)
     if values == "log-decay":
         x = torch.nn.functional.logsigmoid(x)
+    elif values == "unit-interval":
+        x = torch.sigmoid(x)
+    elif values == "unit-norm":
+        x = torch.nn.functional.normalize(x, dim=-1)
     elif values == "positive":
         x = torch.rand(*sizes, generator=gen, device=device) * 1.5 + 0.5
     return x.to(dt)

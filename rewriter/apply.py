@@ -56,6 +56,9 @@ class ApplyOptions:
     entry: str | None = None
     variants: tuple[str, ...] = ()
     dims: tuple[tuple[str, int], ...] = ()
+    # a later stage of a file with several launchers (``apply``): the functions earlier stages judged,
+    # which this stage's candidates must leave as they are
+    frozen: tuple[str, ...] = ()
     executor: object = None  # a skel.executor.RayExecutor: every gate judgement becomes a Ray task (remote_gate)
 
 
@@ -166,6 +169,122 @@ def read_target_source(target: Path, max_bytes: int | None = None) -> SourceText
 
 
 def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
+    """One launcher's pipeline, or, for a file whose launchers reach different kernels and no --entry or
+    --harness, one stage per launcher (the first forward one first, then each that reaches a kernel no
+    earlier one did). Stage k judges candidates through its launcher against the file as stage k - 1
+    left it (accepted rewrites included), changing only what its launcher runs and earlier stages did
+    not; the output holds every stage's accepted rewrite."""
+    entries = _stage_entries(options)
+    if len(entries) <= 1:
+        return _apply_one(options, library, progress)
+    return _apply_stages(options, library, progress, entries)
+
+
+def _stage_entries(options: ApplyOptions) -> list[str]:
+    """The launchers to judge in turn ([] or one: a single stage)."""
+    import ast
+
+    from skel.harness.launchers import jit_functions, kernels_reached, launcher_functions
+    from skel.rewriter.targets import NotRecognised, bind_target
+
+    if options.harness is not None or options.entry or options.variants or options.dims or options.frozen:
+        return []
+    try:
+        source = read_target_source(options.target, options.max_bytes).text
+        tree = ast.parse(source)
+        binding = bind_target(options.target.resolve(), source, None, None, (), {})
+    except (SyntaxError, UsageError, NotRecognised):
+        return []
+    if not binding.how.startswith("harness inferred"):
+        return []  # a recognised target: its spec names the one entry it judges
+    from skel.harness.infer import launcher_rank
+
+    found = launcher_functions(tree)
+    kernels = set(jit_functions(tree))
+    entries, covered = [binding.entry], kernels_reached(tree, binding.entry)
+    for name in sorted((n for n in found if n != binding.entry), key=launcher_rank):
+        reached = kernels_reached(tree, name) & kernels
+        if reached - covered:
+            entries.append(name)
+            covered |= reached
+    return entries
+
+
+def _apply_stages(options: ApplyOptions, library: Library, progress: Progress, entries: list[str]) -> ApplyResult:
+    import ast
+
+    from skel.harness.launchers import functions_reached
+    from skel.rewriter.report import report_path, write_report
+
+    path = options.target.resolve()
+    read = read_target_source(options.target, options.max_bytes)
+    report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
+    progress(f"{path.name}: {len(entries)} launchers reach different kernels: judged in turn"
+             f" ({', '.join(entries)})")
+    text, frozen, results, staged = read.text, set(), [], None
+    try:
+        for k, entry in enumerate(entries, 1):
+            target = options.target
+            if k > 1 and text != read.text and not options.dry_run:
+                staged = path.with_name(f".{path.stem}.skel-stage{k}{path.suffix}")  # beside it: same package
+                write_source(staged, text, read.encoding)
+                target = staged
+            stage = dataclasses.replace(
+                options, target=target, entry=entry, frozen=tuple(sorted(frozen)), in_place=False,
+                output=report_dir / entry / f"{path.stem}.skel{path.suffix}", report_dir=report_dir / entry)
+            progress(f"stage {k}/{len(entries)}: {entry}")
+            try:
+                result = _apply_one(stage, library, progress)
+            except (UsageError, ValueError) as exc:
+                progress(f"stage {k}/{len(entries)}: {entry}: {exc}")
+                results.append((entry, None, str(exc)))
+                continue
+            results.append((entry, result, ""))
+            if result.output:
+                text = read_written(Path(result.output), read.encoding)
+            frozen |= functions_reached(ast.parse(read.text), entry)
+    finally:
+        if staged is not None:
+            for k in range(2, len(entries) + 1):
+                path.with_name(f".{path.stem}.skel-stage{k}{path.suffix}").unlink(missing_ok=True)
+    output, notes = None, []
+    for entry, result, error in results:
+        if result is None:
+            notes.append(f"{entry}: not judged ({error})")
+    if text != read.text and not options.dry_run:
+        output = _write_text(path, text, options, read.encoding)
+    done = [(e, r) for e, r, _ in results if r is not None]
+    first = done[0][1] if done else None
+    result = ApplyResult(
+        target=str(options.target), binding=first.binding if first else {}, device=first.device if first else "",
+        perf_measured=any(r.perf_measured for _, r in done),
+        applicability=first.applicability if first else (),
+        candidates=tuple(dataclasses.replace(c, label=f"{e}: {c.label}") for e, r in done for c in r.candidates),
+        skipped=tuple((codes, f"{e}: {why}") for e, r in done for codes, why in r.skipped),
+        winners=tuple((f"{e}: {b}", f"{e}: {c}") for e, r in done for b, c in r.winners),
+        output=str(output) if output else None, report=str(report_path(report_dir)),
+        notes=tuple(notes + [f"{e}: {n}" for e, r in done for n in r.notes]
+                    + [f"{e}: its own report is {r.report}" for e, r in done]),
+        runoffs=tuple(x for _, r in done for x in r.runoffs),
+    )
+    write_report(result, report_dir)
+    return result
+
+
+def _write_text(path: Path, text: str, options: ApplyOptions, encoding: str) -> Path:
+    """The accepted file where the user asked: --in-place (with a backup), --output, or TARGET.skel.py."""
+    if options.in_place:
+        shutil.copy2(path, _backup_path(path))
+        write_source(path, text, encoding)
+        return path
+    out = options.output or path.with_name(f"{path.stem}.skel{path.suffix}")
+    if out.resolve() == path:
+        raise ValueError(f"refusing to overwrite the input {path} without --in-place")
+    write_source(out, text, encoding)
+    return out
+
+
+def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
     from skel.rewriter.report import report_path, write_report
     from skel.rewriter.select import choose_winners
     from skel.rewriter.targets import NotRecognised, bind_target, unbound
@@ -215,30 +334,43 @@ def apply(options: ApplyOptions, library: Library, progress: Progress = _stderr_
     # reused by the others, so every "% of roofline" in one report has one denominator.
     machine = None
 
-    def stage(cand: Candidate, number: int, step: str) -> tuple[str, Path, CandidateOutcome | None]:
-        """Write the candidate's file (kept beside the report); its outcome when it is not for the gate."""
+    def stage(cand: Candidate, number: int, step: str):
+        """Restrict the candidate to what the entry runs and write its file (kept beside the report): (the
+        candidate as judged, its diff, its file, its outcome when it is not for the gate, the names restored)."""
+        missed = _missed_by_entry(source, cand.source, binding.entry) if not options.dry_run else ""
+        restored: tuple[str, ...] = ()
+        if not options.dry_run and not missed:
+            text, restored = restrict_to_entry(source, cand.source, binding.entry, options.frozen)
+            if restored and text == source:
+                missed = (f"not judged: it changes only {', '.join(restored)}, which {binding.entry} never runs or an"
+                          " earlier stage judged")
+            cand = dataclasses.replace(cand, source=text)
         diff = unified_diff(source, cand.source, path.name)
         cand_path = work / f"candidate_{number:02d}.py"
         write_source(cand_path, cand.source, encoding)
         if options.dry_run:
-            return diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
-                                                     cand.unsafe, diff, cand.params, None, str(cand_path))
-        missed = _missed_by_entry(source, cand.source, binding.entry)
+            return cand, diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None,
+                                                           "dry run: not validated", cand.unsafe, diff, cand.params,
+                                                           None, str(cand_path)), restored
+        if restored:
+            progress(f"[{step}] {cand.label}: its changes to {', '.join(restored)} are left out: the gate does not"
+                     f" judge them through {binding.entry} (--entry NAME judges their launcher)")
         if missed:
             progress(f"[{step}] {cand.label}: {missed}")
-            return diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None, missed, cand.unsafe,
-                                                     diff, cand.params, None, str(cand_path))
-        return diff, cand_path, None
+            return cand, diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None, missed,
+                                                           cand.unsafe, diff, cand.params, None, str(cand_path)), restored
+        return cand, diff, cand_path, None, restored
 
     def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
         """Stage the candidate and run the gate on it, with progress."""
-        diff, cand_path, decided = stage(cand, number, step)
+        cand, diff, cand_path, decided, restored = stage(cand, number, step)
         if decided is not None:
             return decided
         progress(f"[{step}] gate: {cand.label}")
         started = time.monotonic()
         nonlocal machine
         outcome, machine = _judge(cand, cand_path, binding, path, shape_set, device, diff, options, machine)
+        outcome = _left_out(outcome, restored, binding.entry)
         progress(f"[{step}] {outcome.reason} ({time.monotonic() - started:.0f} s)")
         return outcome
 
@@ -322,6 +454,33 @@ def _default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def restrict_to_entry(source: str, candidate: str, entry: str,
+                      frozen: frozenset[str] | tuple[str, ...] = ()) -> tuple[str, tuple[str, ...]]:
+    """The candidate with every top-level function that ``entry`` never runs restored to the original's
+    text, and the names restored: the gate judges a file through one launcher, so only what that
+    launcher runs may change (a rewrite of another launcher's kernel would go out unjudged)."""
+    import ast
+
+    from skel.harness.launchers import functions_reached
+    from skel.rewriter.dispatch import _defs, _text
+
+    try:
+        reached = functions_reached(ast.parse(source), entry)
+        old, new = _defs(source), _defs(candidate)
+    except SyntaxError:
+        return candidate, ()
+    if entry not in old:
+        return candidate, ()
+    drop = [n for n in new if n in old and (n not in reached or n in frozen)
+            and ast.dump(new[n][2]) != ast.dump(old[n][2])]
+    lines = candidate.splitlines(True)
+    for name in sorted(drop, key=lambda n: -new[n][0]):  # bottom up: earlier spans stay valid
+        start, end, _ = new[name]
+        original = _text(source, old[name])
+        lines[start - 1:end] = [original if original.endswith("\n") or end == len(lines) else original + "\n"]
+    return "".join(lines), tuple(sorted(drop))
 
 
 def _missed_by_entry(source: str, candidate: str, entry: str) -> str:
@@ -419,19 +578,27 @@ def _judge_remote(remote, numbered, stage, binding: TargetBinding, target: Path,
                   options: ApplyOptions, progress: Progress) -> list[CandidateOutcome]:
     """A round's candidates staged here, then judged all at once as Ray tasks (``remote``), in order."""
     staged = [stage(*n) for n in numbered]
-    out: list[CandidateOutcome | None] = [decided for _, _, decided in staged]
+    out: list[CandidateOutcome | None] = [decided for _, _, _, decided, _ in staged]
     todo = [k for k, o in enumerate(out) if o is None]
-    jobs = [remote.job(target, staged[k][1], binding.spec, binding.entry, _shape_arg(shape_set), device,
+    jobs = [remote.job(target, staged[k][2], binding.spec, binding.entry, _shape_arg(shape_set), device,
                        options.time_limit) for k in todo]
     for k in todo:
-        progress(f"[{numbered[k][2]}] gate (Ray task): {numbered[k][0].label}")
+        progress(f"[{numbered[k][2]}] gate (Ray task): {staged[k][0].label}")
     started = time.monotonic()
     for j, result in remote.validate_many(jobs):
         k = todo[j]
-        cand, _, step = numbered[k]
-        out[k] = _outcome(cand, staged[k][1], result, device, staged[k][0])
-        progress(f"[{step}] {out[k].reason} ({time.monotonic() - started:.0f} s since the round began)")
+        cand, diff, cand_path, _, restored = staged[k]
+        out[k] = _left_out(_outcome(cand, cand_path, result, device, diff), restored, binding.entry)
+        progress(f"[{numbered[k][2]}] {out[k].reason} ({time.monotonic() - started:.0f} s since the round began)")
     return out
+
+
+def _left_out(outcome: CandidateOutcome, restored: tuple[str, ...], entry: str) -> CandidateOutcome:
+    """The outcome, saying which of the candidate's changes were restored (its entry never runs them)."""
+    if not restored:
+        return outcome
+    return dataclasses.replace(outcome, reason=f"{outcome.reason} (its changes to {', '.join(restored)},"
+                                               f" which {entry} never runs, left out)")
 
 
 def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine, remote=None):
@@ -482,16 +649,7 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
             text = dispatch
             notes.append("the output dispatches on shape between " + ", ".join(
                 f"{o.label} ({b})" for b, o in chosen) + "; the dispatch file itself passed the numerics gate")
-    if options.in_place:
-        backup = _backup_path(path)
-        shutil.copy2(path, backup)
-        write_source(path, text, encoding)
-        return path, notes
-    out = options.output or path.with_name(f"{path.stem}.skel{path.suffix}")
-    if out.resolve() == path:
-        raise ValueError(f"refusing to overwrite the input {path} without --in-place")
-    write_source(out, text, encoding)
-    return out, notes
+    return _write_text(path, text, options, encoding), notes
 
 
 def _dispatch_check(target: Path, binding: TargetBinding, shape_set: str, device: str, options: ApplyOptions,

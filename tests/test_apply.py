@@ -437,3 +437,146 @@ def test_a_candidate_the_entry_never_launches_is_reported_not_judged():
     assert "bwd_k, which forward never launches" in _missed_by_entry(src, bwd_only, "forward")
     assert _missed_by_entry(src, bwd_only, "backward") == ""
     assert _missed_by_entry(src, both, "forward") == ""  # through a helper it calls, forward reaches fwd_k
+
+
+TWO_LAUNCHERS = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _h(x):
+    return x * 2
+
+
+@triton.jit
+def k1(x, BLOCK: tl.constexpr):
+    tl.store(x, _h(tl.load(x)))
+
+
+@triton.jit
+def k2(x):
+    tl.store(x, tl.load(x) + 1)
+
+
+def f1(x):
+    k1[(1,)](x, BLOCK=4)
+
+
+def f2(x):
+    k2[(1,)](x)
+'''
+
+
+def test_a_candidate_is_judged_only_on_what_its_launcher_runs():
+    """A rewrite of the whole file judged through f1: the changes to f2 and its kernel k2 (which f1 never
+    runs, so the gate never exercises them) are restored to the original; those to k1, its launch in f1
+    and the jitted helper k1 calls stay. A change to the helper alone is judged through f1, not missed."""
+    from skel.rewriter.apply import _missed_by_entry, restrict_to_entry
+
+    cand = (TWO_LAUNCHERS.replace("x * 2", "x + x").replace("tl.load(x) + 1", "1 + tl.load(x)")
+            .replace("BLOCK=4", "BLOCK=8").replace("k2[(1,)](x)", "k2[(2,)](x)"))
+    out, dropped = restrict_to_entry(TWO_LAUNCHERS, cand, "f1")
+    assert dropped == ("f2", "k2")
+    assert out == TWO_LAUNCHERS.replace("x * 2", "x + x").replace("BLOCK=4", "BLOCK=8")
+    assert _missed_by_entry(TWO_LAUNCHERS, TWO_LAUNCHERS.replace("x * 2", "x + x"), "f1") == ""
+    assert "never launches" in _missed_by_entry(TWO_LAUNCHERS, TWO_LAUNCHERS.replace("+ 1", "+ 2"), "f1")
+
+
+TWO_NORMS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_a(x, o, D: tl.constexpr, BD: tl.constexpr):
+    o_d = tl.arange(0, BD)
+    m = o_d < D
+    b_x = tl.load(x + tl.program_id(0) * D + o_d, mask=m, other=0).to(tl.float32)
+    b_x = b_x / tl.sqrt(tl.sum(b_x * b_x) + 1e-6)
+    tl.store(o + tl.program_id(0) * D + o_d, b_x.to(o.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _norm_b(x, o, D: tl.constexpr, BD: tl.constexpr):
+    o_d = tl.arange(0, BD)
+    m = o_d < D
+    b_x = tl.load(x + tl.program_id(0) * D + o_d, mask=m, other=0).to(tl.float32)
+    b_x = 2.0 * b_x / tl.sqrt(tl.sum(b_x * b_x) + 1e-5)
+    tl.store(o + tl.program_id(0) * D + o_d, b_x.to(o.dtype.element_ty), mask=m)
+
+
+def norm_a(x: torch.Tensor) -> torch.Tensor:
+    rows, D = x.shape
+    o = torch.empty_like(x)
+    _norm_a[(rows,)](x, o, D=D, BD=triton.next_power_of_2(D))
+    return o
+
+
+def norm_b(x: torch.Tensor) -> torch.Tensor:
+    rows, D = x.shape
+    o = torch.empty_like(x)
+    _norm_b[(rows,)](x, o, D=D, BD=triton.next_power_of_2(D))
+    return o
+'''
+
+
+def test_each_launcher_of_a_file_is_a_stage_of_its_own(tmp_path, monkeypatch):
+    """Two launchers, two kernels, no --entry: apply judges each kernel through its own launcher, in
+    turn, on the CPU (interpreter numerics, nothing accepted); each stage's candidate changes only what
+    its launcher runs, though the rewrite (SK001) touched both kernels."""
+    import skel.rewriter.apply as A
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = tmp_path / "norms.py"
+    target.write_text(TWO_NORMS)
+    opts = A.ApplyOptions(target=target, device="cpu", record=False, report_dir=tmp_path / "r", skeletons=("SK001",),
+                          allow_unsafe=True)
+    result = A.apply(opts, load_library(), progress=lambda m: None)
+    labels = [c.label for c in result.candidates]
+    assert labels and {label.split(":")[0] for label in labels} == {"norm_a", "norm_b"}
+    assert all(c.numerics_passed for c in result.candidates), [c.reason for c in result.candidates]
+    for c in result.candidates:
+        text = Path(c.path).read_text()
+        mine, other = ("_norm_a", "_norm_b") if c.label.startswith("norm_a") else ("_norm_b", "_norm_a")
+        assert A.restrict_to_entry(TWO_NORMS, text, c.label.split(":")[0])[1] == ()
+        assert "left out" in c.reason and other in c.reason and "rsqrt" in text
+    assert (tmp_path / "r" / "norm_a" / "report.md").is_file() and (tmp_path / "r" / "report.md").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no stage file left
+
+
+def test_a_later_stage_starts_from_what_the_earlier_one_accepted(tmp_path, monkeypatch):
+    """With a (stood-in) GPU that finds every candidate faster: stage 2 judges norm_b's candidates against
+    the file as stage 1 left it (norm_a's kernel rewritten), in the target's own folder, never touching
+    what stage 1 judged; the output holds both stages' rewrites."""
+    import skel.rewriter.apply as A
+    from skel.validate.result import PerfResult, ShapeVerdict, Timing
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = tmp_path / "norms.py"
+    target.write_text(TWO_NORMS)
+    originals = []
+
+    def judge(cand, cand_path, binding, path, shape_set, device, diff, options, machine=None):
+        originals.append((binding.entry, path.name, path.read_text(), options.frozen))
+        perf = PerfResult(Timing(10.0, 9.9, 10.1, 40), Timing(8.0, 7.9, 8.1, 40), 1.25, 1.24, 1.26, "faster",
+                          1 << 20, 0, 100.0, 0.0, 10.0, 12.5, 2, 8)
+        shapes = [dataclasses.asdict(ShapeVerdict(s, None, perf, "")) for s in ("rows1-D64", "rows8-D64")]
+        return A.CandidateOutcome(cand.skeletons, cand.label, False, True, "numerics passed", cand.unsafe, diff,
+                                  cand.params, {"shapes": shapes}, str(cand_path)), machine
+
+    monkeypatch.setattr(A, "_judge", judge)
+    monkeypatch.setattr(A, "_dispatch_check", lambda *a, **k: (lambda text: None))
+    monkeypatch.setattr(A, "_runoff", lambda *a, **k: None)
+    opts = A.ApplyOptions(target=target, device="cuda", record=False, report_dir=tmp_path / "r", skeletons=("SK001",),
+                          shapes="rows1-D64,rows8-D64", allow_unsafe=True)
+    result = A.apply(opts, load_library(), progress=lambda m: None)
+    first = [o for o in originals if o[0] == "norm_a"]
+    second = [o for o in originals if o[0] == "norm_b"]
+    assert first and second and all(o[1] == "norms.py" and o[2] == TWO_NORMS for o in first)
+    assert all(o[1] == ".norms.skel-stage2.py" and "rsqrt" in o[2].split("def _norm_b")[0] for o in second)
+    assert all({"norm_a", "_norm_a"} <= set(o[3]) for o in second)
+    out = Path(result.output).read_text()
+    assert out.count("rsqrt") == 2 and result.output == str(tmp_path / "norms.skel.py")
+    assert not (tmp_path / ".norms.skel-stage2.py").exists() and target.read_text() == TWO_NORMS

@@ -423,3 +423,15 @@ def test_a_reference_that_disagrees_is_dropped_with_a_note(tail, used, tmp_path,
     assert result.error is None and result.accepted, result.reasons
     assert any(n.startswith("second oracle: the project's reference axpy_ref") for n in result.notes) == used
     assert any("not used as an oracle" in n and "differs from the original" in n for n in result.notes) != used
+
+
+def test_values_a_flag_would_transform_are_drawn_transformed(fla_corpus):
+    """fla's KDA kernel L2-normalises q and k under USE_QK_L2NORM_IN_KERNEL and applies sigmoid to beta
+    under APPLY_BETA_SIGMOID, both off by default: the caller passes such values, so the harness draws
+    unit rows and values in (0, 1); g decays the state through exp() after a rename (b_gk = b_g)."""
+    path = fla_corpus / "fla/ops/kda/fused_recurrent.py"
+    values = {t.name: t.values for t in infer(path, path.read_text()).tensors}
+    assert values == {"q": "unit-norm", "k": "unit-norm", "v": "normal", "g": "log-decay", "beta": "unit-interval",
+                      "initial_state": "normal"}
+    path = fla_corpus / "fla/ops/delta_rule/fused_recurrent.py"  # no such flag: nothing assumed
+    assert {t.values for t in infer(path, path.read_text()).tensors} == {"normal"}

@@ -62,6 +62,11 @@ def _spread(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return (float(diff.norm()) / denom if denom > 0 else 0.0), float(diff.max())
 
 
+def sensitivity(base: torch.Tensor, pert: torch.Tensor | None) -> float:
+    """The original's rel-RMS spread under the one-ulp perturbation of its inputs: rounding-level noise."""
+    return _spread(base, pert)[0] if pert is not None else 0.0
+
+
 def calibrated(base: torch.Tensor, ref: torch.Tensor, pert: torch.Tensor | None) -> Tolerance:
     """The accepted error of one output of one case (see the module docstring)."""
     eps = _EPS.get(dtype_name(base.dtype), 0.0) if base.is_floating_point() else 0.0

@@ -44,7 +44,8 @@ def register(sub) -> None:
     p.add_argument("--shapes", help="shape set of the target's spec (default: ci on CPU, decode on GPU)")
     p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)); default: the one inferred from"
                                                 " the file's launcher (skel harness)")
-    p.add_argument("--entry", metavar="NAME", help="without --harness: the launcher to judge (default: the first forward one)")
+    p.add_argument("--entry", metavar="NAME", help="without --harness: the launcher to judge (default: every launcher that reaches"
+                   " kernels of its own, one stage each, the first forward one first)")
     p.add_argument("--variant", action="append", default=[], metavar="ARG",
                    help="without --harness: also pass this Optional argument / set this flag (repeatable)")
     p.add_argument("--dims", type=dims_arg, default={}, metavar="N=64,H=32",
