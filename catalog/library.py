@@ -1,10 +1,17 @@
 """The skeleton library: one folder per skeleton under ``skeletons/``.
 
 A folder holds
-  skeleton.toml   metadata, conditions, transformation, constraints, provenance
+  skeleton.toml   metadata, conditions, transformation, constraints, provenance, and for an
+                  expression-level skeleton ``[[pattern]]`` before/after tables (no rule.py then)
+  rule.py         one ``skel.skeletons.rule.Rule`` subclass: conditions, detection, rewrite
   docs.md         documentation under fixed headings (the text `skel catalog show` prints)
-  before.py       an example kernel the skeleton applies to
-  after.py        the same kernel with the skeleton applied
+  examples/       before.py (the skeleton applies), after.py (rewrite(before) == after where the rule
+                  rewrites; after.<variant>.py for a search), fixtures*.py / fixtures*.cu (markers)
+
+Availability, safety and transformation kind are read off the rule, never typed in the TOML.
+A library is the shipped folder plus any user folders (``--library DIR``, ``[tool.skel]
+skeleton_dirs``); a folder that does not load is reported with the others' problems, and the
+rest of the library still loads (``check_library``).
 
 The loader validates every field and reports each problem with the file, the
 line (where TOML lets us find it) and the field. Evidence is never typed here:
@@ -37,7 +44,8 @@ DOC_HEADINGS = (
     "Rewritten",
     "Rewrite safety",
 )
-FILES = ("skeleton.toml", "docs.md", "before.py", "after.py")
+FILES = ("skeleton.toml", "docs.md", "examples/before.py", "examples/after.py")
+DERIVED = {"availability": "availability", "safety": "safety", "kind": "transformation kind"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,7 @@ class Skeleton:
     conflicts: tuple[str, ...]
     enables: tuple[str, ...]
     docs: dict[str, str] = field(hash=False, compare=False)
+    rule: type = field(repr=False, compare=False)  # the folder's skel.skeletons.rule.Rule subclass
     before: str = field(repr=False)
     after: str = field(repr=False)
     folder: Path = field(compare=False)
@@ -151,6 +160,7 @@ class LibraryError(Exception):
 class Library:
     root: Path
     skeletons: tuple[Skeleton, ...]
+    extra_roots: tuple[Path, ...] = ()  # user folders of rules added to the shipped library
 
     def get(self, code: str) -> Skeleton | None:
         code = code.upper()
@@ -170,29 +180,50 @@ def default_root() -> Path:
     return Path(skel.skeletons.__file__).resolve().parent
 
 
-def load_library(root: Path | None = None) -> Library:
-    """Load and validate every skeleton folder under ``root``; raise LibraryError listing all problems."""
+_CACHE: dict[tuple, Library] = {}
+
+
+def load_library(root: Path | None = None, extra: tuple[Path, ...] | list[Path] = ()) -> Library:
+    """Load and validate every skeleton folder under ``root`` (default: the shipped library) and the
+    ``extra`` user folders; raise LibraryError listing all problems. Cached per (roots, folder mtimes)."""
     root = Path(root) if root else default_root()
-    skeletons, problems = check_library(root)
+    roots = (root, *(Path(e) for e in extra if Path(e).resolve() != root.resolve()))
+    key = tuple((str(r.resolve()), _stamp(r)) for r in roots)
+    if key in _CACHE:
+        return _CACHE[key]
+    skeletons, problems = check_library(*roots)
     if problems:
         raise LibraryError(problems)
-    return Library(root, tuple(skeletons))
+    lib = _CACHE[key] = Library(root, tuple(skeletons), roots[1:])
+    return lib
 
 
-def check_library(root: Path) -> tuple[list[Skeleton], list[LibraryProblem]]:
-    """Validate every folder; return the good skeletons and every problem found."""
+def _stamp(root: Path) -> tuple:
+    """What a cached library depends on: every file's path and mtime under ``root`` (a few hundred)."""
+    try:
+        return tuple(sorted((str(p), p.stat().st_mtime_ns) for p in root.glob("*/*") if "__pycache__" not in p.parts))
+    except OSError:
+        return ()
+
+
+def check_library(root: Path, *extra: Path) -> tuple[list[Skeleton], list[LibraryProblem]]:
+    """Validate every folder of every root; return the good skeletons and every problem found.
+    One broken folder is reported and skipped: the other skeletons still load."""
     problems: list[LibraryProblem] = []
     skeletons: list[Skeleton] = []
-    if not root.is_dir():
-        return [], [LibraryProblem(root, None, "library", "not a directory")]
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
-    if not folders:
-        problems.append(LibraryProblem(root, None, "library", "no skeleton folders found"))
-    for folder in folders:
-        sk, probs = load_skeleton(folder)
-        problems.extend(probs)
-        if sk is not None:
-            skeletons.append(sk)
+    for r in (root, *extra):
+        r = Path(r)
+        if not r.is_dir():
+            problems.append(LibraryProblem(r, None, "library", "not a directory"))
+            continue
+        folders = sorted(p for p in r.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+        if not folders:
+            problems.append(LibraryProblem(r, None, "library", "no skeleton folders found"))
+        for folder in folders:
+            sk, probs = load_skeleton(folder)
+            problems.extend(probs)
+            if sk is not None:
+                skeletons.append(sk)
     problems.extend(_check_cross_references(skeletons))
     skeletons.sort(key=lambda s: s.code)
     return skeletons, problems
@@ -205,7 +236,7 @@ def _check_cross_references(skeletons: list[Skeleton]) -> list[LibraryProblem]:
         toml = sk.folder / "skeleton.toml"
         if sk.code in seen:
             problems.append(
-                LibraryProblem(toml, None, "code", f"{sk.code} is also used by {seen[sk.code].folder.name}")
+                LibraryProblem(toml, None, "code", f"{sk.code} is also used by {seen[sk.code].folder} (codes are unique across the shipped library and every --library / skeleton_dirs folder)")
             )
         seen[sk.code] = sk
     for sk in skeletons:
@@ -291,8 +322,8 @@ class _Fields:
 
 
 TOP_KEYS = (
-    "code", "name", "title", "category", "lifecycle", "availability", "safety", "targets",
-    "families", "conflicts", "enables", "conditions", "transformation", "constraints", "provenance",
+    "code", "name", "title", "category", "lifecycle", "targets",
+    "families", "conflicts", "enables", "conditions", "transformation", "constraints", "provenance", "pattern",
 )
 
 
@@ -313,7 +344,10 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
         return None, [LibraryProblem(toml_path, int(m.group(1)) if m else None, "toml", str(exc))]
 
     f = _Fields(toml_path, text, data, "", problems)
-    f.unknown_keys(TOP_KEYS)
+    for key, what in DERIVED.items():
+        if key in data or key in (data.get("transformation") or {}):
+            f.fail(key, f"the {what} is read off the rule (rule.py or [[pattern]]); remove it from skeleton.toml")
+    f.unknown_keys(TOP_KEYS + tuple(DERIVED))
     code = f.string("code", pattern=CODE_RE)
     if code and not folder.name.startswith(code):
         f.fail("code", f"folder name {folder.name!r} must start with the code {code!r}")
@@ -321,15 +355,15 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
     title = f.string("title")
     category = f.string("category", CATEGORIES)
     lifecycle = f.string("lifecycle", LIFECYCLES)
-    availability = f.string("availability", AVAILABILITY)
-    safety = f.string("safety", SAFETY)
     targets = f.strings("targets", TARGETS)
     families = f.strings("families", required=False)
     conflicts = f.strings("conflicts", required=False)
     enables = f.strings("enables", required=False)
 
     conditions = []
-    for i, row in enumerate(f.table_list("conditions")):
+    patterns = data.get("pattern")
+    rows = f.table_list("conditions") if "conditions" in data or patterns is None else []
+    for i, row in enumerate(rows):
         cf = _Fields(toml_path, text, row, f"conditions[{i}].", problems)
         cf.unknown_keys(("id", "holds", "fails"))
         conditions.append(Condition(cf.string("id", pattern=CONDITION_ID_RE), cf.string("holds"), cf.string("fails")))
@@ -339,7 +373,7 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
 
     tf = _Fields(toml_path, text, f.subtable("transformation"), "transformation.", problems)
     tf.unknown_keys(("kind", "method", "steps"))
-    transformation = Transformation(tf.string("kind", TRANSFORM_KINDS), tf.string("method"), tf.strings("steps", required=False))
+    method, steps = tf.string("method"), tf.strings("steps", required=False)
 
     kf = _Fields(toml_path, text, f.subtable("constraints"), "constraints.", problems)
     kf.unknown_keys(CONSTRAINT_KEYS)
@@ -353,19 +387,25 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
         provenance.append(Provenance(pf.string("repo"), pf.string("path"), pf.integer("line"), pf.string("version"), note if isinstance(note, str) else ""))
 
     docs = _load_docs(folder / "docs.md", problems)
-    before = _load_example(folder / "before.py", targets, problems)
-    after = _load_example(folder / "after.py", targets, problems)
+    before = _load_example(folder / "examples" / "before.py", targets, problems)
+    after = _load_example(folder / "examples" / "after.py", targets, problems)
     if before and after and before == after:
-        problems.append(LibraryProblem(folder / "after.py", None, "after.py", "identical to before.py"))
+        problems.append(LibraryProblem(folder / "examples" / "after.py", None, "after.py", "identical to before.py"))
     if problems:
         return None, problems
+    from skel.catalog.rules import load_rule
+
+    rule, conditions = load_rule(folder, code, text, patterns, tuple(conditions), problems)
+    if rule is None or problems:
+        return None, problems
+    transformation = Transformation(rule.KIND, method, steps)
     return (
         Skeleton(
             code=code, name=name, title=title, category=category, lifecycle=lifecycle,
-            availability=availability, safety=safety, targets=targets, families=families,
+            availability=rule.availability(), safety=rule.SAFETY, targets=targets, families=families,
             conditions=tuple(conditions), transformation=transformation, constraints=constraints,
             provenance=tuple(provenance), conflicts=conflicts, enables=enables, docs=docs,
-            before=before, after=after, folder=folder,
+            rule=rule, before=before, after=after, folder=folder,
         ),
         problems,
     )

@@ -3,8 +3,13 @@
 The folder is *generated*: every file starts with a marker naming the candidate, and
 ``--check`` regenerates it in memory and reports each file that differs, so a folder
 that someone edited (or a candidate whose evidence moved on) is caught. A person
-reviews the folder, writes a detector for its conditions and measures it with the
-gate before the skeleton leaves preview; none of that is invented here.
+reviews the folder and measures it with the gate before the skeleton leaves preview.
+
+The folder is a runnable rule: its ``skeleton.toml`` carries the candidate's refined pattern as
+``[[pattern]]`` tables, which the pattern engine runs for both detection and rewrite, so the
+promoted skeleton matches and applies with no hand edit (``skel apply --library DIR``). A
+candidate whose pattern the engine cannot run (it deletes statements, rewrites any expression)
+is refused with that reason instead of being written as prose.
 
 The candidate's name comes from a catalog row, which anyone who can write the file can craft:
 it becomes a slug (lower-case ASCII words joined by ``-``) before it names anything, and the
@@ -86,11 +91,16 @@ def find_promoted(library_root: Path, cand: str) -> Path | None:
 
 
 def render(c: CandidateSkeleton, code: str, library_root: Path) -> Promotion:
+    from skel.rewriter.pattern import pattern_problem
+
+    problem = pattern_problem(c.pattern["refined"])
+    if problem:
+        raise UsageError(f"{c.code}: cannot be promoted as a runnable pattern rule: {problem}")
     files = (
         ("skeleton.toml", _toml(c, code)),
         ("docs.md", _docs(c, code)),
-        ("before.py", _example(c, code, "before")),
-        ("after.py", _example(c, code, "after")),
+        ("examples/before.py", _example(c, code, "before")),
+        ("examples/after.py", _example(c, code, "after")),
     )
     return Promotion(c.code, code, folder_for(library_root, code, c.name), files)
 
@@ -103,6 +113,7 @@ def write(p: Promotion) -> None:
     try:
         p.folder.mkdir(exist_ok=False)
         _check_inside(p.folder, p.folder.parent)  # the parent did not turn into a link meanwhile
+        (p.folder / "examples").mkdir(exist_ok=False)
         for name, text in p.files:
             with open(p.folder / name, "x", encoding="utf-8") as fh:
                 fh.write(text)
@@ -151,15 +162,18 @@ def _toml(c: CandidateSkeleton, code: str) -> str:
     lines = [
         "# " + MARK.format(cand=c.code),
         f"code = {_s(code)}", f"name = {_s(slug(c.name))}", f"title = {_s(c.title)}", f"category = {_s(_category(c))}",
-        'lifecycle = "preview"', 'availability = "sometimes"',
-        '# unsafe until the gate shows otherwise: history says the rewrite was made, not that it keeps the bits',
-        'safety = "unsafe"', f"targets = [{', '.join(_s(t) for t in c.targets)}]", "families = []", "conflicts = []",
-        "enables = []", "",
+        'lifecycle = "preview"', f"targets = [{', '.join(_s(t) for t in c.targets)}]", "families = []",
+        "conflicts = []", "enables = []", "",
     ]
-    for cond in c.pattern["conditions"]:
-        lines += ["[[conditions]]", f"id = {_s(cond['id'])}", f"holds = {_s(cond['holds'])}", f"fails = {_s(cond['fails'])}", ""]
+    # The rule: the refined pattern, run by the pattern engine (its one condition: matches-pattern).
+    # Unsafe until the gate shows otherwise: history says the rewrite was made, not that it keeps the bits.
+    for e in c.pattern["refined"]:
+        if e["kind"] == "replace":
+            lines += ["[[pattern]]", f"before = {_s(e['before'])}", f"after = {_s(e['after'])}", 'safety = "unsafe"', ""]
+        else:
+            lines += ["[[pattern]]", f"insert = {_s(e['after'])}", 'safety = "unsafe"', ""]
     steps = [f"{e['kind']}: {e['before'] or '-'} => {e['after'] or '-'}" for e in c.pattern["edits"]]
-    lines += ["[transformation]", 'kind = "pattern"', f"method = {_s(_method(c))}",
+    lines += ["[transformation]", f"method = {_s(_method(c))}",
               "steps = [" + ", ".join(_s(s) for s in steps) + "]", ""]
     unknown = _s("not measured: distilled from history; the gate has not run it yet")
     lines += ["[constraints]"] + [f"{k} = {unknown}" for k in ("registers", "shared_memory", "warps", "occupancy", "grows_with")] + [""]
@@ -207,7 +221,7 @@ def _example(c: CandidateSkeleton, code: str, side: str) -> str:
         except SyntaxError:
             is_stmt = False
         body.append(text if is_stmt else f"r{i} = {text}")
-    doc = f'"""{code} {side}: {MARK.format(cand=c.code)}"""'
+    doc = f'"""{code} example: {MARK.format(cand=c.code)}"""'
     args = ", ".join(f"h{n}" for n in holes)
     ident = slug(c.name).replace("-", "_")
     name = f"def {'n' + ident if ident[0].isdigit() else ident}_example({args}):"
@@ -216,5 +230,6 @@ def _example(c: CandidateSkeleton, code: str, side: str) -> str:
                'skel.miner.history_cuda (p->x is p.x, *p is p[0], casts are cast_T(x)): replace it with the CUDA '
                'example when you finish the skeleton."""')
         return "\n".join([doc, "", "", name, *(f"    {b}" for b in body or ["pass"]), ""])
+    # a program id makes it a kernel (not a jit helper), so the promoted rule runs on its own example
     return "\n".join([doc, "import triton", "import triton.language as tl", "", "", "@triton.jit",
-                      name, *(f"    {b}" for b in body or ["pass"]), ""])
+                      name, "    pid = tl.program_id(0)", *(f"    {b}" for b in body), ""])

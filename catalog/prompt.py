@@ -218,20 +218,16 @@ def match_skeletons(library: Library, profiles: list, text: str) -> dict[str, tu
     gets one failing pseudo-condition ``detector`` naming the problem, so it shows up as not
     applicable with the reason instead of breaking the brief.
     """
-    from skel.miner.detectors import DETECTORS, evaluate
+    from skel.miner.detectors import evaluate
     from skel.miner.detectors.base import Ctx
 
     ctxs = [Ctx(p, text) for p in profiles]  # shared lookups across skeletons, one per kernel
     out = {}
     for sk in library:
-        if sk.code not in DETECTORS:
-            out[sk.code] = tuple(KernelMatch(p.name, p.line, (ConditionView(
-                "detector", False, f"no detector implements {sk.code} (run `skel catalog check`)", ()),)) for p in profiles)
-            continue
         rows = []
         for p, ctx in zip(profiles, ctxs):
             try:
-                conds = tuple(_condition(r) for r in evaluate(sk, p, text, ctx))
+                conds = tuple(_condition(r) for r in evaluate(sk, p, text, ctx, confirm=True))
             except KeyError as exc:
                 conds = (ConditionView("detector", False, f"{exc.args[0]} (run `skel catalog check`)", ()),)
             rows.append(KernelMatch(p.name, p.line, conds))

@@ -22,11 +22,13 @@ class Applicable:
     conditions: tuple[tuple[str, str], ...]  # (condition id, what the detector saw)
     sites: tuple[int, ...] = ()  # lines an opportunity points at (empty: applies, site not singled out)
     used_at: tuple[int, ...] = ()  # lines where the technique is already applied
+    rewrite: bool = True  # False: the rule has no automatic rewrite (apply its method by hand)
 
     def to_json(self) -> dict:
         return {"skeleton": self.skeleton,
                 "conditions": [{"id": i, "detail": d} for i, d in self.conditions],
-                "sites": list(self.sites), "used_at": list(self.used_at)}
+                "sites": list(self.sites), "used_at": list(self.used_at),
+                "rewrite": "always" if self.rewrite else "never"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def match_kernel(profile, text: str, skeletons) -> KernelMatch:
     applicable, not_applicable = [], []
     for sk in skeletons:
         try:
-            results = detectors.evaluate(sk, profile, text, ctx)
+            results = detectors.evaluate(sk, profile, text, ctx, confirm=True)
         except KeyError as exc:
             not_applicable.append(NotApplicable(sk.code, "detector", f"no detector implements {sk.code} yet ({exc})"))
             continue
@@ -139,7 +141,7 @@ def match_kernel(profile, text: str, skeletons) -> KernelMatch:
             applicable.append(Applicable(
                 sk.code, tuple((r.id, r.detail) for r in results),
                 tuple(sorted({f.line for f in mine_ if f.kind == "opportunity"})),
-                tuple(sorted({f.line for f in mine_ if f.kind == "instance"}))))
+                tuple(sorted({f.line for f in mine_ if f.kind == "instance"})), sk.rule.rewrite is not None))
         else:
             words = next((c.fails for c in sk.conditions if c.id == failing.id), "")
             detail = failing.detail.strip()

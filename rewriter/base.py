@@ -1,7 +1,7 @@
-"""What every rewrite returns, and how rewrites are registered.
+"""What every rewrite returns, and where the rewrites are found.
 
-A rewrite is a function ``(source: str, options: RewriteOptions) -> list[Rewrite]``
-registered for one skeleton code. It transforms the target's own code
+A rewrite is a function ``(source: str, options: RewriteOptions) -> list[Rewrite]``, the
+``rewrite`` of one skeleton folder's rule (``skeletons/SKnnn-*/rule.py``). It transforms the target's own code
 (libcst codemod, template rendered from the kernel's structure, or a
 launch-config change) and never substitutes a canned kernel. Results are
 values, not exceptions (LibCST codemod style): a rewrite that does not apply
@@ -68,26 +68,15 @@ class RewriteOptions:
 
 RewriteFn = Callable[[str, RewriteOptions], list[Rewrite]]
 
-_REGISTRY: dict[str, RewriteFn] = {}
 
+def registry(library=None) -> dict[str, RewriteFn]:
+    """Every skeleton's rewrite, by code: the rules of ``library`` (default: the shipped one) that
+    have one. Found by the library loader in the skeleton folders; there is no list to keep."""
+    if library is None:
+        from skel.catalog.library import load_library
 
-def register(code: str) -> Callable[[RewriteFn], RewriteFn]:
-    """Decorator: register the rewrite implementing skeleton ``code``."""
-
-    def deco(fn: RewriteFn) -> RewriteFn:
-        if code in _REGISTRY and _REGISTRY[code] is not fn:
-            raise ValueError(f"two rewrites registered for {code}")
-        _REGISTRY[code] = fn
-        return fn
-
-    return deco
-
-
-def registry() -> dict[str, RewriteFn]:
-    """All registered rewrites, importing the rewrite modules on first use."""
-    from skel.rewriter import rewrites  # noqa: F401  (imports register everything)
-
-    return dict(_REGISTRY)
+        library = load_library()
+    return {sk.code: sk.rule.rewrite for sk in library if sk.rule.rewrite is not None}
 
 
 def skipped(code: str, source: str, reason: str) -> list[Rewrite]:

@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from skel.catalog.library import Library
 from skel.rewriter.base import Rewrite, RewriteOptions, registry
 
-SEARCH_LAST = ("SK005",)  # launch-config search multiplies candidates: apply it on top, last
+
+
+def _search_last(code: str, library: Library) -> bool:
+    """A launch-config search multiplies candidates: it is applied on top of the others, last (its rule says so)."""
+    sk = library.get(code)
+    return bool(sk and sk.rule.search_last())
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,8 @@ def order_by_graph(codes: list[str], library: Library) -> list[str]:
         pick = (ready or remaining)[0]
         ordered.append(pick)
         remaining.remove(pick)
-    tail = [c for c in ordered if c in SEARCH_LAST]
-    return [c for c in ordered if c not in SEARCH_LAST] + tail
+    tail = [c for c in ordered if _search_last(c, library)]
+    return [c for c in ordered if not _search_last(c, library)] + tail
 
 
 def _conflict(codes: tuple[str, ...], library: Library) -> bool:
@@ -88,11 +93,11 @@ def enumerate_candidates(
     exhaustive: bool = False,
 ) -> CandidateSet:
     """Every single-skeleton rewrite, then compositions of the structural ones, then launch search on top."""
-    rewrites = registry()
+    rewrites = registry(library)
     out = CandidateSet()
     usable, out.skipped = _usable(codes, library, allow_unsafe, rewrites)
-    structural = [c for c in usable if c not in SEARCH_LAST]
-    search = [c for c in usable if c in SEARCH_LAST]
+    structural = [c for c in usable if not _search_last(c, library)]
+    search = [c for c in usable if _search_last(c, library)]
     seen_sources = {source}
     over: list[Candidate] = []  # produced but past the budget: said in one Skip, not dropped silently
 
@@ -136,7 +141,7 @@ def enumerate_candidates(
                 if variant.applied:
                     produced = True
                     add(Candidate(base.skeletons + (code,), variant.source, base.steps + (variant,),
-                                  base.unsafe or _unsafe(code, library)))
+                                  base.unsafe or _unsafe(variant)))
                 elif base.source == source:
                     reason = variant.reason  # why it does not apply to the target itself
         if not produced:
@@ -178,9 +183,9 @@ def refine(source: str, winner: Candidate, codes: list[str], library: Library, o
     search or preview step (not composed further), already holds every structural skeleton that
     applies, or its own variants cannot be reproduced.
     """
-    rewrites = registry()
+    rewrites = registry(library)
     usable, _ = _usable(codes, library, allow_unsafe, rewrites)
-    structural = [c for c in usable if c not in SEARCH_LAST]
+    structural = [c for c in usable if not _search_last(c, library)]
     if any(c not in structural for c in winner.skeletons):
         return "it holds a launch-config search or preview step, which is not composed further"
     wanted = {step.skeleton: step.variant for step in winner.steps}
@@ -216,15 +221,15 @@ def _chain(source, codes, rewrites, options, library, wanted=None) -> tuple[Cand
         if applied:
             v = applied[0]
             chain = Candidate(chain.skeletons + (code,), v.source, chain.steps + (v,),
-                              chain.unsafe or _unsafe(code, library))
+                              chain.unsafe or _unsafe(v))
             if code not in wanted:
                 others.append(code)
     return chain, None
 
 
-def _unsafe(code: str, library: Library) -> bool:
-    sk = library.get(code)
-    return bool(sk and sk.safety == "unsafe")
+def _unsafe(step: Rewrite) -> bool:
+    """Each edit carries its own safety (ruff's safe/unsafe fix): the rewrite says, not a table."""
+    return step.safety == "unsafe"
 
 
 def _apply_chain(source, combo, rewrites, options, library) -> list[Candidate] | Skip:
@@ -237,7 +242,7 @@ def _apply_chain(source, combo, rewrites, options, library) -> list[Candidate] |
             for variant in rewrites[code](chain.source, options):
                 if variant.applied:
                     nxt.append(Candidate(chain.skeletons + (code,), variant.source, chain.steps + (variant,),
-                                         chain.unsafe or _unsafe(code, library)))
+                                         chain.unsafe or _unsafe(variant)))
                 else:
                     reason = variant.reason
         if not nxt:

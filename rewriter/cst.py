@@ -14,6 +14,7 @@ Conventions used by every codemod module:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -39,7 +40,16 @@ class Source:
 
 
 def parse(text: str) -> Source | str:
-    """Parse ``text``; return a ``Source``, or an error string saying where parsing failed."""
+    """Parse ``text``; return a ``Source``, or an error string saying where parsing failed.
+
+    Memoised on the text: every rule's rewrite of one file (and a composition's next step,
+    whose input is the previous step's checked output) parses it once. libcst trees are
+    immutable and no caller writes into ``positions``, so sharing the result is safe."""
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse(text: str) -> Source | str:
     try:
         wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
     except cst.ParserSyntaxError as exc:
@@ -62,10 +72,9 @@ def applied_result(
     params: tuple = (),
 ) -> Rewrite:
     """An applied rewrite, after checking that the output parses (the contract's third clause)."""
-    try:
-        cst.parse_module(new_source)
-    except cst.ParserSyntaxError as exc:  # a bug in a codemod, reported as a value
-        return Rewrite(code, FAILED, source, f"rewritten source does not parse: {exc.message}", safety=safety)
+    checked = parse(new_source)  # memoised: the next rewrite of a composition reuses the tree
+    if isinstance(checked, str):  # a bug in a codemod, reported as a value
+        return Rewrite(code, FAILED, source, f"rewritten source does not parse: {checked}", safety=safety)
     changes = tuple(sorted(changes, key=lambda c: c.line))
     return Rewrite(code, APPLIED, new_source, summary, changes, variant, params, safety)
 

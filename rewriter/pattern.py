@@ -19,6 +19,11 @@ function where the replacements matched, right before the function-level stateme
 holds the first match (before the loop, for a match inside one). Deletions are not
 applied: the pattern is skipped with that reason.
 
+Hole constraints (``where``, from a skeleton's ``[[pattern]]`` table): ``{"$2": {"calls":
+["sum", "reduce"]}}`` means the subtree ``$2`` matched holds a call whose name ends in one of
+them; ``no_calls`` the opposite; ``is`` one of ``name``, ``number``, ``call``, ``attribute``
+for the kind of the subtree itself. A match that breaks a constraint is not a match.
+
 Only values are rewritten: never an assignment target, an attribute's or keyword's name, a
 function's or parameter's name. A ``before`` that is a bare hole (``$1 => $1.to(...)``)
 would rewrite every expression and is refused, as is an ``after`` hole nothing defines.
@@ -36,6 +41,35 @@ from skel.rewriter.base import APPLIED, FAILED, SKIPPED, Change, Rewrite
 _HOLE = "__skel_hole_"
 _HOLE_RE = re.compile(r"\$(\d+)")
 _ATOMIC = (ast.Name, ast.Constant, ast.Call, ast.Attribute, ast.Subscript, ast.List, ast.Tuple)
+CONSTRAINTS = ("calls", "no_calls", "is")
+_IS = {"name": ast.Name, "number": ast.Constant, "call": ast.Call, "attribute": ast.Attribute}
+
+
+def _call_names(node: ast.AST) -> set[str]:
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            out.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return out
+
+
+def _satisfies(binds: dict[str, ast.AST], where: dict[str, dict]) -> bool:
+    """Every hole constraint holds for the subtrees this match bound (an unbound hole: vacuously)."""
+    for hole, rule in where.items():
+        node = binds.get(_HOLE + hole.lstrip("$"))
+        if node is None:
+            continue
+        calls = _call_names(node)
+        if "calls" in rule and not calls & set(rule["calls"]):
+            return False
+        if "no_calls" in rule and calls & set(rule["no_calls"]):
+            return False
+        kind = _IS.get(rule.get("is", ""))
+        if "is" in rule and (kind is None or not isinstance(node, kind)
+                             or (rule["is"] == "number" and not isinstance(node.value, (int, float)))):
+            return False
+    return True
 
 
 def _parse_pattern(text: str) -> ast.expr:
@@ -105,9 +139,10 @@ class _Replacer(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider, cst.metadata.ExpressionContextProvider)
 
     def __init__(self, module: cst.Module, edits: list[tuple[ast.expr, str]], jit_only: bool,
-                 inserts: list[str] = (), fresh: set[str] = frozenset(), used: set[str] = frozenset()):
+                 inserts: list[str] = (), fresh: set[str] = frozenset(), used: set[str] = frozenset(),
+                 where: dict[str, dict] | None = None):
         super().__init__()
-        self.module, self.edits, self.jit_only = module, edits, jit_only
+        self.module, self.edits, self.jit_only, self.where = module, edits, jit_only, where or {}
         self.inserts, self.fresh, self.used = list(inserts), set(fresh), set(used)
         self.jit_depth = 0
         self.funcs: list[_Function | None] = []
@@ -196,7 +231,7 @@ class _Replacer(cst.CSTTransformer):
         fn = self.funcs[-1] if self.funcs else None
         for index, (pat, after) in enumerate(self.edits):
             binds: dict[str, ast.AST] = {}
-            if _match(pat, node, binds):
+            if _match(pat, node, binds) and _satisfies(binds, self.where):
                 line = self.get_metadata(cst.metadata.PositionProvider, original).start.line
                 names = dict(fn.binds) if fn is not None else {}  # kept only if this match is applied
                 if fn is not None:
@@ -247,10 +282,12 @@ def pattern_problem(edits: list[dict]) -> str | None:
     return None
 
 
-def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[dict] = ()) -> Rewrite:
-    """Apply a candidate's refined pattern (``[{"kind", "before", "after"}]``) to ``source``."""
+def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[dict] = (),
+                  where: dict[str, dict] | None = None, safety: str = "unsafe") -> Rewrite:
+    """Apply a pattern (``[{"kind", "before", "after"}]``: a candidate's refined pattern, or a skeleton's
+    ``[[pattern]]`` tables) to ``source``; ``where``: hole constraints; ``safety``: the edits' safety."""
     def skip(reason: str) -> Rewrite:
-        return Rewrite(code, SKIPPED, source, reason, safety="unsafe")
+        return Rewrite(code, SKIPPED, source, reason, safety=safety)
 
     problem = pattern_problem(edits)
     if problem:
@@ -264,16 +301,16 @@ def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[di
         for text in inserts:
             ast.parse(_HOLE_RE.sub(_HOLE + r"\1", text))
     except SyntaxError as exc:
-        return Rewrite(code, FAILED, source, f"pattern does not parse: {exc.msg}", safety="unsafe")
+        return Rewrite(code, FAILED, source, f"pattern does not parse: {exc.msg}", safety=safety)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return Rewrite(code, FAILED, source, f"target does not parse: line {exc.raw_line}: {exc.message}", safety="unsafe")
+        return Rewrite(code, FAILED, source, f"target does not parse: line {exc.raw_line}: {exc.message}", safety=safety)
     fresh = {t.partition("=")[0].strip() for t in inserts}  # the new variables the inserted statements define
     used = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
     jit_only = any(c.get("id") == "in-jit-function" for c in conditions)
     wrapper = cst.metadata.MetadataWrapper(module)
-    replacer = _Replacer(wrapper.module, pats, jit_only, inserts, fresh, used)
+    replacer = _Replacer(wrapper.module, pats, jit_only, inserts, fresh, used, where)
     new = wrapper.visit(replacer)
     if not replacer.matched:
         return skip("no code matches the pattern (or it is already applied)")
@@ -288,11 +325,11 @@ def apply_pattern(code: str, source: str, edits: list[dict], conditions: list[di
         ast.parse(out)
     except SyntaxError as exc:
         return Rewrite(code, FAILED, source, f"rewritten source does not parse (line {exc.lineno}): {exc.msg}",
-                       safety="unsafe")
+                       safety=safety)
     n_ins = sum(c.description.startswith("inserted") for c in replacer.changes)
     what = f"{len(replacer.changes) - n_ins} replacement(s)" + (f" and {n_ins} inserted statement(s)" if n_ins else "")
     changes = tuple(sorted(replacer.changes, key=lambda c: c.line))
-    return Rewrite(code, APPLIED, out, what + " by pattern", changes, safety="unsafe")
+    return Rewrite(code, APPLIED, out, what + " by pattern", changes, safety=safety)
 
 
 def preview_rewrites(source: str, candidates) -> list[Rewrite]:

@@ -38,7 +38,7 @@ import libcst as cst
 from skel.rewriter import cst as C
 from skel.rewriter import tilemerge_axis as A
 from skel.rewriter import tilemerge_launch as L
-from skel.rewriter.base import Change, Rewrite, RewriteOptions, register
+from skel.rewriter.base import Change, Rewrite, RewriteOptions
 from skel.rewriter.tilemerge_names import NameAllocator
 from skel.rewriter.tilemerge_prefetch import prefetch
 from skel.rewriter.tilemerge_replicate import Replicator, remove_tile_axis, widen_tile_count
@@ -117,7 +117,6 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-@register(CODE)
 def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
     src = C.parse(source)
     if isinstance(src, str):

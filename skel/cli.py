@@ -25,6 +25,7 @@ COMMANDS = (
     "skel.commands.harness",
     "skel.commands.capture",
     "skel.commands.mcp",
+    "skel.commands.new",
 )
 
 DESCRIPTION = """\

@@ -63,9 +63,10 @@ class SkelTools:
 
     # ------------------------------------------------------------------ library
     def library(self) -> Library:
-        root = self.library_root or default_root()
+        extra = tuple(self.library_root) if isinstance(self.library_root, (tuple, list)) else ()
+        root = None if extra else (self.library_root or default_root())
         try:
-            return load_library(root)  # per call: a skeleton edited on disk shows up at once
+            return load_library(root, extra)  # per call (cached by mtimes): a skeleton edited on disk shows up at once
         except LibraryError as exc:
             raise ToolError(f"the skeleton library at {root} has problems (run `skel catalog check`):\n{exc}") from None
 
@@ -332,6 +333,6 @@ def _version() -> str:
         return "unknown"
 
 
-def serve(library_root: Path | None = None, catalog: Path | None = None, workspace: Path | None = None) -> None:
+def serve(library_root: Path | tuple[Path, ...] | None = None, catalog: Path | None = None, workspace: Path | None = None) -> None:
     """Run the server on stdin/stdout until the client closes the connection."""
     build_server(SkelTools(library_root, catalog, workspace=workspace)).run("stdio")

@@ -1,6 +1,6 @@
 """Detector precision and recall over the labelled fixtures in every skeleton folder.
 
-Fixture files (``skeletons/SKnnn-*/fixtures*.py`` and ``fixtures*.cu``) carry markers on the
+Fixture files (``skeletons/SKnnn-*/examples/fixtures*.py`` and ``fixtures*.cu``) carry markers on the
 line directly above each case (stacked markers apply to the same next code line):
 
     # skel: SK001 opportunity     a finding of that skeleton and kind is expected on the next line
@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from skel.catalog.library import default_root, load_library
-from skel.miner.detectors import DETECTORS, ConditionResult, evaluate, run_detectors
+from skel.miner.detectors import ConditionResult, evaluate, run_detectors
+
+DETECTORS = {sk.code: sk.rule for sk in load_library()}  # every rule of the shipped library
 
 MARK = re.compile(r"^\s*(?:#|//)\s*skel(-ok)?:\s*(SK\d{3})(?:\s+(instance|opportunity))?\s*$")
 
@@ -36,7 +38,7 @@ class Case:
 
 def fixture_files() -> list[Path]:
     root = default_root()
-    return sorted(p for p in root.glob("SK*/fixtures*") if p.suffix in (".py", ".cu", ".cuh"))
+    return sorted(p for p in root.glob("SK*/examples/fixtures*") if p.suffix in (".py", ".cu", ".cuh"))
 
 
 def read_cases(path: Path) -> list[Case]:
@@ -73,7 +75,7 @@ def findings(path: Path):
 
 
 def owner(path: Path) -> str:
-    return path.parent.name[:5]
+    return path.parent.parent.name[:5]
 
 
 def score() -> dict:
@@ -167,7 +169,7 @@ def test_opportunity_only_when_all_conditions_hold():
                     assert all(r.holds for r in res), (path.name, p.name, code, res)
 
 
-@pytest.mark.parametrize("path", fixture_files(), ids=lambda p: f"{p.parent.name[:5]}/{p.name}")
+@pytest.mark.parametrize("path", fixture_files(), ids=lambda p: f"{p.parent.parent.name[:5]}/{p.name}")
 def test_fixture_parses_to_kernels(path):
     _, profs = profiles(path)
     assert profs, f"{path}: the frontend found no kernel"

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
-from skel.rewriter.sk015_empty_output import rewrite
+from skel.catalog.library import load_library
+
+rewrite = load_library().get("SK015").rule.rewrite.raw  # the codemod alone
 from skel.validate.numerics import poisoned_allocations
 
 from test_merge_tiles import _close, _fla, _kda_inputs, _load, fla_kda_kwargs

@@ -184,6 +184,18 @@ def test_cli_list_preview_shows_candidates_and_promote_writes_a_checked_folder(r
     sk, problems = load_skeleton(folder)
     assert problems == [] and sk.code == new_code and sk.transformation.kind == "pattern"
     assert [p.line for p in sk.provenance] == [10, 19, 29]
+    # the promoted folder is a runnable rule, with no hand edit: its golden checks pass (fires on its
+    # before.py, rewrite(before) == after) and it applies to a kernel it was not distilled from
+    from skel.catalog.golden import check_golden
+    from skel.catalog.library import load_library
+
+    promoted = load_library(lib).get(new_code)
+    assert check_golden(promoted) == []
+    kernel = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef l2(x, y, D: tl.constexpr):\n"
+              "    o = tl.arange(0, D)\n    b = tl.load(x + o).to(tl.float32)\n"
+              "    b = b / tl.sqrt(tl.sum(b * b) + 1e-6)\n    tl.store(y + o, b)\n")
+    [r] = promoted.rule.rewrite(kernel)
+    assert r.applied and "rsqrt" in r.source, r.reason
     capsys.readouterr()
     assert main(["catalog", "promote", code, "--check", "--catalog", str(db), "--library", str(lib)]) == 0
     (folder / "docs.md").write_text((folder / "docs.md").read_text() + "\nhand edit\n")

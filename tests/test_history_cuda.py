@@ -148,10 +148,10 @@ def test_a_cuda_candidate_promotes_as_a_cuda_skeleton(repo, tmp_path):
     files = dict(render(cand, "SK099", tmp_path).files)
     assert engine_problem(cand) == "mined from CUDA files: `skel apply` rewrites Triton files only"
     assert 'targets = ["cuda"]' in files["skeleton.toml"].splitlines()
-    assert "import triton" not in files["before.py"] and "CUDA, written in the Python syntax" in files["before.py"]
-    assert "h1[h2 * h3 + h4] / sqrtf(h5 + h6)" in files["before.py"]
-    assert "h1[h2 * h3 + h4] * rsqrtf(h5 + h6)" in files["after.py"]
-    ast.parse(files["before.py"]), ast.parse(files["after.py"])
+    assert "import triton" not in files["examples/before.py"] and "CUDA, written in the Python syntax" in files["examples/before.py"]
+    assert "h1[h2 * h3 + h4] / sqrtf(h5 + h6)" in files["examples/before.py"]
+    assert "h1[h2 * h3 + h4] * rsqrtf(h5 + h6)" in files["examples/after.py"]
+    ast.parse(files["examples/before.py"]), ast.parse(files["examples/after.py"])
 
 
 def test_the_mirror_covers_pointers_casts_branches_and_keeps_the_rest_opaque():

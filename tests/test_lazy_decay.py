@@ -13,7 +13,9 @@ import torch
 
 from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
 from skel.rewriter.sk002_merge_tiles import merge_tiles
-from skel.rewriter.sk014_lazy_decay import rewrite as lazy
+from skel.catalog.library import load_library
+
+lazy = load_library().get("SK014").rule.rewrite.raw  # the codemod alone
 
 from test_merge_tiles import ROOT, _close, _fla, _kda_inputs, _load, _run_project, check_fla_file
 from test_rewrites import assert_contract

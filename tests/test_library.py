@@ -91,14 +91,16 @@ BREAKAGES = [
     # (file, regex, replacement, expected field, expected message fragment, line expected)
     ("skeleton.toml", r'^category = ".*"$', 'category = "speed"', "category", "not one of", True),
     ("skeleton.toml", r'^code = ".*"$', 'code = "X1"', "code", "does not match", True),
-    ("skeleton.toml", r'^safety = ".*"$', 'safety = "maybe"', "safety", "not one of", True),
+    ("skeleton.toml", r'^lifecycle = (".*")$', r'lifecycle = \1\nsafety = "safe"', "safety", "read off the rule", True),
     ("skeleton.toml", r'^lifecycle = ".*"$', 'lifecycle = "ga"\ncolour = "red"', "colour", "unknown field", True),
     ("skeleton.toml", r'^targets = .*$', 'targets = []', "targets", "must not be empty", True),
     ("skeleton.toml", r'^title = ".*"$', 'title = "unterminated', "toml", "", True),
     ("skeleton.toml", r'^(\[\[provenance\]\]\n(?:.*\n)*?)line = \d+', r'\1line = "ten"', "provenance[0].line", "positive integer", True),
     ("skeleton.toml", r'^enables = .*$', 'enables = ["SK998"]', "enables", "unknown skeleton code", False),
     ("docs.md", r'^## Why it is faster$', '## Why it is quick', "docs", "missing heading '## Why it is faster'", False),
-    ("before.py", r'\Z', '\ndef broken(:\n', "before.py", "does not parse", True),
+    ("examples/before.py", r'\Z', '\ndef broken(:\n', "before.py", "does not parse", True),
+    ("rule.py", r'^class ', 'class Second(Rule):\n    pass\n\n\nclass ', "rule.py", "exactly one Rule subclass", False),
+    ("rule.py", r'^CONDITIONS = \{', 'CONDITIONS = {\n    "made-up": lambda ctx: None,', "RsqrtForNormDivision.CONDITIONS", "not a condition in skeleton.toml", False),
 ]
 
 
@@ -121,7 +123,7 @@ def test_check_names_file_and_field(capsys, broken_library, file, pattern, repl,
 
 def test_check_missing_file_and_duplicate_code(capsys, broken_library):
     root, name = broken_library
-    (root / name / "after.py").unlink()
+    (root / name / "examples" / "after.py").unlink()
     other = next(p for p in root.iterdir() if p.name != name)
     _edit(other / "skeleton.toml", r'^code = ".*"$', f'code = "{name[:5]}"')
     _, problems = check_library(root)

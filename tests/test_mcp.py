@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 from skel.catalog.prompt import estimate_tokens  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURE = "skeletons/SK001-rsqrt-for-norm-division/before.py"  # relative to the server's cwd
+FIXTURE = "skeletons/SK001-rsqrt-for-norm-division/examples/before.py"  # relative to the server's cwd
 EXPECTED_TOOLS = {"list_skeletons", "show_skeleton", "search_skeletons", "match_kernel", "validate_candidate",
                   "apply_skeleton", "catalog_prompt"}
 

@@ -34,10 +34,10 @@ def _tensors(result):
 
 @pytest.mark.parametrize("skeleton", LIBRARY.skeletons, ids=lambda s: s.code)
 def test_before_and_after_agree(skeleton):
-    if not (skeleton.folder / "before.py").exists():
+    if not (skeleton.folder / "examples" / "before.py").exists():
         pytest.skip("no Python example (CUDA-only skeleton)")
-    before = _load(skeleton.folder / "before.py", f"_skel_example_{skeleton.code}_before")
-    after = _load(skeleton.folder / "after.py", f"_skel_example_{skeleton.code}_after")
+    before = _load(skeleton.folder / "examples" / "before.py", f"_skel_example_{skeleton.code}_before")
+    after = _load(skeleton.folder / "examples" / "after.py", f"_skel_example_{skeleton.code}_after")
     tol = 1e-6 if skeleton.safety == "safe" else 1e-4
     for seed in (0, 1):
         want = _tensors(before.launch(*before.example_inputs(seed)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, positive_int
+from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, load_user_library, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from skel.executor import add_executor_args, executor_from_args
 
@@ -71,7 +71,6 @@ def register(sub) -> None:
 
 
 def cmd_apply(args) -> int:
-    from skel.catalog.library import LibraryError, load_library
     from skel.rewriter.apply import ApplyOptions, apply, read_target_source
 
     read_target_source(args.target, args.max_bytes)  # a UsageError naming the file unless it is a readable Triton source
@@ -79,10 +78,7 @@ def cmd_apply(args) -> int:
         raise UsageError("--in-place and --output exclude each other")
     if args.output and args.output.resolve() == args.target.resolve():
         raise UsageError(f"--output {args.output} is the target itself: use --in-place (which keeps a backup)")
-    try:
-        library = load_library(args.library) if args.library else load_library()
-    except LibraryError as exc:
-        raise UsageError(f"skeleton library has problems:\n{exc}") from None
+    library = load_user_library(args)
     known = {s.code for s in library}
     unknown = [c for c in args.skeleton if c.upper() not in known]
     if args.preview and unknown:  # SKP... codes are the catalog's preview candidates: skel.rewriter.preview

@@ -19,7 +19,7 @@ from skel.catalog.library import (
     default_root,
     load_library,
 )
-from skel.commands.common import add_catalog, add_json, add_library, emit_json
+from skel.commands.common import add_catalog, add_json, add_library, emit_json, library_dirs, load_user_library
 from skel.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UsageError
 
 
@@ -71,6 +71,9 @@ def register(sub) -> None:
                          "example kernels, cross references. Prints file:line: field: problem.")
     add_json(p)
     add_library(p)
+    p.add_argument("--golden", action="store_true",
+                   help="also run each folder's golden checks (fires on examples/before.py, not on after.py; "
+                        "rewrite(before) == after); with --library, only the added folders' skeletons")
     p.set_defaults(func=cmd_check)
 
     # `catalog prompt` (the agent brief) and `catalog repair` (salvage a damaged catalog) live in their own
@@ -94,11 +97,7 @@ def _no_action(parser: argparse.ArgumentParser) -> int:
 
 
 def _library(args) -> Library:
-    root = args.library or default_root()
-    try:
-        return load_library(root)
-    except LibraryError as exc:
-        raise UsageError(f"the skeleton library at {root} has problems (run `skel catalog check`):\n{exc}") from None
+    return load_user_library(args)
 
 
 def _evidence(args, codes: list[str]) -> dict[str, dict]:
@@ -155,7 +154,7 @@ def cmd_promote(args) -> int:
     from skel.catalog.candidates import CANDIDATE_RE
     from skel.catalog.library import CODE_RE, load_skeleton
 
-    root = Path(args.library or default_root())
+    root = Path(args.library[-1] if args.library else default_root())  # where the folder is written
     path = args.catalog or store.default_catalog_path()
     if not CANDIDATE_RE.match(args.code.upper()):
         raise UsageError(f"{args.code!r}: a candidate code looks like SKP3FA91 (`skel catalog list --status preview`)")
@@ -298,9 +297,15 @@ def cmd_search(args) -> int:
 
 
 def cmd_check(args) -> int:
-    root = args.library or default_root()
-    skeletons, problems = check_library(Path(root))
-    problems = problems + _check_conditions_implemented(skeletons)
+    roots = (default_root(), *library_dirs(args))
+    skeletons, problems = check_library(*roots)
+    root = ", ".join(str(r) for r in roots)
+    if args.golden:
+        from skel.catalog.golden import check_golden
+        from skel.catalog.library import LibraryProblem
+
+        mine = [s for s in skeletons if len(roots) == 1 or s.folder.parent.resolve() in {r.resolve() for r in roots[1:]}]
+        problems = problems + [LibraryProblem(g.path, None, "golden", g.message) for s in mine for g in check_golden(s)]
     if args.json:
         emit_json({"library": str(root), "skeletons": len(skeletons),
                    "problems": [{"path": str(p.path), "line": p.line, "field": p.field, "message": p.message}
@@ -313,23 +318,3 @@ def cmd_check(args) -> int:
         else:
             print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
     return EXIT_USAGE if problems else EXIT_OK
-
-
-def _check_conditions_implemented(skeletons: list[Skeleton]) -> list:
-    """Every condition id must have a predicate in the miner (when the miner's detectors are installed)."""
-    from skel.catalog.library import LibraryProblem
-    from skel.miner.detectors import DETECTORS
-
-    problems = []
-    for sk in skeletons:
-        detector = DETECTORS.get(sk.code)
-        if detector is None:
-            problems.append(LibraryProblem(sk.folder / "skeleton.toml", None, "code",
-                                           f"no detector in skel.miner.detectors for {sk.code}"))
-            continue
-        have = set(detector.CONDITIONS)
-        for c in sk.conditions:
-            if c.id not in have:
-                problems.append(LibraryProblem(sk.folder / "skeleton.toml", None, f"conditions.{c.id}",
-                                               f"no detector implements condition {c.id!r} for {sk.code}"))
-    return problems

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from skel.errors import UsageError
+
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
@@ -26,8 +28,45 @@ def add_library(parser: argparse.ArgumentParser) -> None:
         "--library",
         type=Path,
         metavar="DIR",
-        help="skeleton library folder (default: the library shipped with skel)",
+        action="append",
+        default=[],
+        help="add a folder of skeleton rules (SKnnn-name/ folders) to the shipped library; repeatable. "
+             "[tool.skel] skeleton_dirs in your pyproject.toml adds folders too",
     )
+
+
+def library_dirs(args) -> tuple[Path, ...]:
+    """The user's rule folders: every ``--library DIR``, then ``[tool.skel] skeleton_dirs``."""
+    from skel.catalog.config import skeleton_dirs
+
+    return (*getattr(args, "library", []), *skeleton_dirs())
+
+
+def load_user_library(args):
+    """The shipped library plus the user's folders. A broken user folder is reported on stderr
+    (file:line: field: problem) and skipped, so one bad rule does not stop the run; a problem in
+    the shipped library is a UsageError."""
+    from skel.catalog.library import Library, check_library, default_root, load_library
+
+    extra = library_dirs(args)
+    if not extra:
+        from skel.catalog.library import LibraryError
+
+        try:
+            return load_library()
+        except LibraryError as exc:
+            raise UsageError(f"the shipped skeleton library has problems (run `skel catalog check`):\n{exc}") from None
+    root = default_root()
+    skeletons, problems = check_library(root, *extra)
+    shipped = [p for p in problems if root.resolve() in Path(p.path).resolve().parents]
+    if shipped:
+        raise UsageError("the shipped skeleton library has problems (run `skel catalog check`):\n"
+                         + "\n".join(map(str, shipped)))
+    for p in problems:
+        warn(f"skipped: {p}")
+    bad = {Path(p.path).resolve() for p in problems}
+    good = [s for s in skeletons if not any(s.folder.resolve() in (b, *b.parents) for b in bad)]
+    return Library(root, tuple(good), tuple(extra))
 
 
 def positive_int(text: str) -> int:

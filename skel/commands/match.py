@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from skel.commands.common import add_json, add_library, emit_json, positive_int
+from skel.commands.common import add_json, add_library, emit_json, load_user_library, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK
 
 EPILOG = """\
@@ -43,15 +43,7 @@ def register(sub) -> None:
 def handler(args) -> int:
     from skel.miner.match import match_file
 
-    library = None
-    if getattr(args, "library", None):
-        from skel.catalog.library import LibraryError, load_library
-        from skel.errors import UsageError
-
-        try:
-            library = load_library(args.library)
-        except LibraryError as exc:
-            raise UsageError(f"--library {args.library}: {exc}") from None
+    library = load_user_library(args)
     report = match_file(args.target, skeleton=args.skeleton, library=library, max_bytes=args.max_bytes)
     if args.json:
         emit_json(report.to_json())
@@ -71,7 +63,8 @@ def render(report) -> str:
         for a in k.applicable:
             where = f" at line{'s' if len(a.sites) > 1 else ''} {', '.join(map(str, a.sites))}" if a.sites else ""
             used = f" (already used at {', '.join(map(str, a.used_at))})" if a.used_at else ""
-            out.append(f"  applies: {a.skeleton}{where}{used}")
+            manual = "" if a.rewrite else " (no automatic rewrite: apply the method in `skel catalog show` by hand)"
+            out.append(f"  applies: {a.skeleton}{where}{used}{manual}")
             for cid, detail in a.conditions:
                 out.append(f"    + {cid}: {detail}")
         for n in k.not_applicable:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from skel.commands.common import add_catalog, add_json, add_library
+from skel.commands.common import add_catalog, add_json, add_library, library_dirs
 from skel.errors import EXIT_OK, UsageError
 
 DESCRIPTION = """\
@@ -43,5 +43,5 @@ def handler(args) -> int:
     workspace = args.workspace or Path.cwd()
     if not workspace.is_dir():
         raise UsageError(f"--workspace {workspace}: not a directory")
-    serve(args.library, args.catalog, workspace)
+    serve(library_dirs(args), args.catalog, workspace)
     return EXIT_OK

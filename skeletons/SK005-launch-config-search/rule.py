@@ -1,0 +1,206 @@
+"""SK005-launch-config-search: search tile size, warps and stages instead of fixing them.
+
+Conditions (detector):
+Opportunity: the kernel is launched in the file with a fixed launch configuration (a literal
+num_warps / num_stages, or a literal tile size such as BV = 32) and is not autotuned.
+Instance: ``@triton.autotune`` with two or more configs.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import re
+
+from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function
+from skel.rewriter.launch_search import rewrite as _launch_rewrite
+from skel.skeletons.rule import Rule, folder_code
+
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
+LANGUAGES = ("triton",)
+ALLOC = re.compile(r"\b(?:torch\.(?:empty|zeros|ones|full)|new_(?:empty|zeros|ones|full)|empty_like|zeros_like)\s*\(")
+# substrings one of which every match of the pattern holds (a cheap test before the regex)
+NEEDS = {"alloc": ("torch.", "new_", "_like"), "assign": ("=",)}
+ASSIGN_LINE = re.compile(r"^[A-Za-z_][\w, ]*=[^=]")
+WORDS = re.compile(r"\w+")
+TILE = re.compile(r"^(B[A-Z]{1,2}|BLOCK\w*|\w*_BLOCK\w*|TILE\w*|BLOCK_SIZE\w*)$")
+
+
+def _int(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and re.fullmatch(r"\d+", v.strip()):
+        return int(v)
+    return None
+
+
+def _fixed(site) -> dict:
+    """The tunable launch choices at one site: warps, stages and tile sizes (literals or shape
+    expressions such as ``triton.next_power_of_2(K)``)."""
+    out = {}
+    for key in ("num_warps", "num_stages"):
+        v = getattr(site, key)
+        if _int(v) is not None:
+            out[key] = _int(v)
+    for name, value in site.constexpr_values:
+        if not TILE.match(name):
+            continue
+        if _int(value) is not None:
+            out[name] = _int(value)
+        elif isinstance(value, str) and re.fullmatch(r"[\w\.\(\), *+/-]+", value) and "|" not in value:
+            out[name] = value
+    return out
+
+
+def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
+    """Tile names that size a caller-side buffer (directly or through e.g. NT = cdiv(T, BT)).
+
+    In the launching function before the launch: the names computed from the tile (one pass in
+    line order, through an index of the file's assignments by the words on their right) and the
+    first allocation that mentions one of them (an index of allocation lines by word): a function
+    launching thousands of kernels is not re-read for each.
+    """
+
+    out = {}
+    start = _enclosing_function(ctx, site.line)
+    for name in [k for k in _fixed(site) if k not in ("num_warps", "num_stages")]:
+        names = _derived(ctx, name, start or site.line, site.line)
+        hit = _first_allocation(ctx, names, start, site.line) if start is not None else None
+        if hit:
+            out[name] = f"line {hit}: {ctx.text(hit)}"
+    return out
+
+
+def _index(ctx: Ctx, what: str, pattern: re.Pattern, right_only: bool) -> dict[str, list[int]]:
+    """word -> ascending lines (stripped text matching ``pattern``) where the word stands whole."""
+    key = f"{CODE}:{what}"
+    index = ctx.file.cache.get(key)
+    if index is None:
+        index = {}
+        for ln, _ in ctx.file.lines_matching(f"{CODE}:{what}:lines", pattern.match if right_only else pattern.search,
+                                             1, len(ctx.file.lines) + 1, needs=NEEDS[what]):
+            t = ctx.text(ln)
+            for w in set(WORDS.findall(t.split("=", 1)[1] if right_only else t)):
+                index.setdefault(w, []).append(ln)
+        ctx.file.cache[key] = index
+    return index
+
+
+def _derived(ctx: Ctx, name: str, lo: int, hi: int) -> set[str]:
+    """``name`` and every assignment target computed from it on lines [lo, hi), in one pass in line
+    order (a target counts from its own line on)."""
+    index = _index(ctx, "assign", ASSIGN_LINE, True)
+    names, done, heap = {name}, set(), []
+
+    def follow(word: str, after: int) -> None:
+        rows = index.get(word, ())
+        i = bisect.bisect_right(rows, max(after, lo - 1))
+        if i < len(rows) and rows[i] < hi:
+            heapq.heappush(heap, (rows[i], i, word))
+
+    follow(name, lo - 1)
+    while heap:
+        ln, i, word = heapq.heappop(heap)
+        rows = index[word]
+        if i + 1 < len(rows) and rows[i + 1] < hi:
+            heapq.heappush(heap, (rows[i + 1], i + 1, word))
+        if ln in done:
+            continue
+        done.add(ln)
+        target = ctx.text(ln).split("=", 1)[0].strip().split(",")[0].strip()
+        if target not in names:
+            names.add(target)
+            follow(target, ln)
+    return names
+
+
+def _first_allocation(ctx: Ctx, names: set[str], lo: int, hi: int) -> int | None:
+    """The first allocation line in [lo, hi) that mentions one of ``names`` as a whole word."""
+    index = _index(ctx, "alloc", ALLOC, False)
+    best = None
+    for w in names:
+        rows = index.get(w, ())
+        i = bisect.bisect_left(rows, lo)
+        if i < len(rows) and rows[i] < hi and (best is None or rows[i] < best):
+            best = rows[i]
+    return best
+
+
+def _free(ctx: Ctx, site) -> dict:
+    cache = ctx.cache.setdefault(f"{CODE}:free", {})  # asked by a condition and by candidates
+    if id(site) not in cache:  # the profile's own site objects: alive as long as the context
+        layout = _layout_tiles(ctx, site)
+        cache[id(site)] = {k: v for k, v in _fixed(site).items() if k not in layout}
+    return dict(cache[id(site)])
+
+
+def launch_has_tunable_constexpr(ctx: Ctx) -> Check:
+    if not ctx.p.launches:
+        return no("the kernel is not launched in this file, so its launch configuration is not visible")
+    rows = [(s, _fixed(s)) for s in ctx.p.launches if _fixed(s)]
+    if not rows:
+        return no("the launch passes no tile constexpr and no num_warps / num_stages")
+    s, f = rows[0]
+    return yes(f"line {s.line}: " + ", ".join(f"{k}={v}" for k, v in f.items()))
+
+
+def not_autotuned(ctx: Ctx) -> Check:
+    n = len(ctx.p.tune.autotune)
+    if n > 1:
+        return no(f"already autotuned over {n} configs (keys: {', '.join(ctx.p.tune.autotune_keys) or 'none'})")
+    return yes("no @triton.autotune on the kernel" if not n else "@triton.autotune has a single config")
+
+
+def tile_param_free_of_correctness_role(ctx: Ctx) -> Check:
+    rows = [(s, _free(ctx, s)) for s in ctx.p.launches if _fixed(s)]
+    good = [(s, f) for s, f in rows if f]
+    if not good:
+        if rows:
+            s = rows[0][0]
+            name, where = next(iter(_layout_tiles(ctx, s).items()))
+            return no(f"{name} sizes a buffer the caller allocates ({where})")
+        return no("no tunable launch parameter")
+    s, f = good[0]
+    return yes(f"line {s.line}: {', '.join(f)} only partition work")
+
+
+CONDITIONS = {
+    "launch-has-tunable-constexpr": launch_has_tunable_constexpr,
+    "not-autotuned": not_autotuned,
+    "tile-param-free-of-correctness-role": tile_param_free_of_correctness_role,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    return [Hit.at(s.line, s.line, **_free(ctx, s)) for s in ctx.p.launches if _free(ctx, s)]
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    configs = ctx.p.tune.autotune
+    if len(configs) < 2:
+        return []
+    line = decorator_line(ctx, "triton.autotune") or ctx.p.line
+    return [Hit.at(line, ctx.p.line, configs=len(configs), keys=list(ctx.p.tune.autotune_keys))]
+
+
+class LaunchConfigSearch(Rule):
+    """Search tile sizes, warps and stages under resource constraints instead of hand-picked launch constants."""
+
+    SAFETY = "unsafe"
+    KIND = "launch-search"
+    LANGUAGES = LANGUAGES
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
+
+    rewrite = staticmethod(_launch_rewrite)

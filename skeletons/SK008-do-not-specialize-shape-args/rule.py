@@ -1,0 +1,256 @@
+"""SK008-do-not-specialize-shape-args: stop recompiling when a per-call size changes.
+
+Conditions (detector):
+Triton specializes plain integer arguments (== 1, divisible by 16), so a sequence length or
+batch size that changes between calls (T = 1 in decode, T = 7 in speculative decode, N from
+the batch) makes a new compilation. Opportunity: the kernel takes such a size as a plain
+(non-constexpr) integer and does not list it in ``do_not_specialize``. Instance:
+``@triton.jit(do_not_specialize=[...])`` naming one. Head counts and head dims (H, K, V)
+are fixed per model and are not candidates.
+
+Rewrite:
+SK008: ``do_not_specialize`` for runtime shape arguments of a ``@triton.jit`` kernel.
+
+DESCRIPTION: Triton specializes integer arguments on their value being 1 and on divisibility
+by 16, so a kernel called with a new sequence length ``T`` or batch ``N`` may compile again
+(a JIT stall in decode). The rewrite lists, in ``@triton.jit(do_not_specialize=[...])``, the
+non-constexpr parameters that are shapes: those bounding a loop (``range(0, T)``,
+``tl.range(0, T)``) and those annotated as integers (``N: tl.int64``), except strides (their
+divisibility lets Triton vectorise). Names already listed are kept; nothing else changes.
+
+Safe: specialization affects compilation, never values.
+"""
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import terms as _terms, decorator_line
+from skel.rewriter import cst as C
+from skel.rewriter import cst_flow as F
+from skel.rewriter.base import Change, Rewrite, RewriteOptions
+from skel.skeletons.rule import Rule, folder_code
+
+CODE = folder_code(__file__)
+SAFETY = "safe"
+
+
+# ---------------------------------------------------------------- conditions
+
+LANGUAGES = ("triton",)
+VARYING = re.compile(
+    r"^(T|N|B|L|NT|S|seq_?len\w*|seqlen\w*|max_seq\w*|num_tokens|n_tokens|total_tokens|num_seqs|n_seqs|batch\w*|"
+    r"n_rows|num_rows|M|n_ctx|N_CTX|ctx_len|kv_len|q_len|token_num|num_reqs)$"
+)
+SCALAR_ANN = re.compile(r"^(tl\.)?(int32|int64|uint32|uint64|int)$")
+
+
+def _varying(ctx: Ctx):
+    """Plain integer parameters that name a per-call size."""
+    out = []
+    for p in ctx.p.params:
+        if p.constexpr or not VARYING.match(p.name):
+            continue
+        if p.annotation and not SCALAR_ANN.match(p.annotation.strip()):
+            continue
+        out.append(p)
+    return out
+
+
+def _jit_line(ctx: Ctx) -> int:
+
+    return decorator_line(ctx, "triton.jit") or ctx.p.line
+
+
+def _specialized(ctx: Ctx):
+    listed = set(ctx.p.tune.do_not_specialize)
+    return [p for p in _varying(ctx) if p.name not in listed]
+
+
+def _address_uses(ctx: Ctx, name: str) -> list:
+    """Assignments that build a pointer (a loaded/stored pointer variable or a pointer parameter
+    plus offsets) from ``name``."""
+    pointer_vars = {re.match(r"\s*\(?\s*(\w+)", m.pointer).group(1) for m in ctx.p.memops if re.match(r"\s*\(?\s*\w+", m.pointer)}
+    pat = re.compile(rf"\b{re.escape(name)}\b")
+    return [a for a in ctx.assigns if pat.search(a.rhs) and set(a.targets) & pointer_vars]
+
+
+def _critical(ctx: Ctx, name: str) -> str | None:
+    """An address term where ``name`` multiplies an index with no constexpr factor in the same
+    product: then its divisibility by 16 is what proves the loads aligned."""
+
+    consts = {p.name for p in ctx.p.params if p.constexpr}
+    pat = re.compile(rf"\b{re.escape(name)}\b")
+    for a in _address_uses(ctx, name):
+        for term in _terms(a.rhs, "+-"):
+            if pat.search(term) and "*" in term and not (set(re.findall(r"[A-Za-z_]\w*", term)) & consts):
+                return f"line {a.line}: {', '.join(a.targets)} = {a.rhs}"
+    return None
+
+
+def has_runtime_shape_arg(ctx: Ctx) -> Check:
+    rows = _varying(ctx)
+    if not rows:
+        return no("no plain integer parameter names a per-call size (T, N, seq_len, ...); all are constexpr or absent")
+    return yes(", ".join(f"{p.name}{': ' + p.annotation if p.annotation else ''}" for p in rows) + " vary between calls")
+
+
+def shape_arg_specialized(ctx: Ctx) -> Check:
+    rows = _specialized(ctx)
+    if not rows:
+        return no("every per-call size is already in do_not_specialize" if _varying(ctx) else "no per-call size parameter")
+    listed = sorted(ctx.p.tune.do_not_specialize)
+    return yes(f"{', '.join(p.name for p in rows)} specialised on every value class (do_not_specialize: {listed or 'none'})")
+
+
+def shape_arg_not_divisibility_critical(ctx: Ctx) -> Check:
+    rows = [(p.name, _critical(ctx, p.name)) for p in _specialized(ctx)]
+    good = [n for n, c in rows if not c]
+    if not good:
+        if rows:
+            return no(f"{rows[0][0]} is a stride in an address ({rows[0][1]}); its divisibility by 16 helps vectorise the loads")
+        return no("no specialised per-call size")
+    return yes(f"{', '.join(good)} only bound loops or offset rows scaled by a constexpr")
+
+
+CONDITIONS = {
+    "has-runtime-shape-arg": has_runtime_shape_arg,
+    "shape-arg-specialized": shape_arg_specialized,
+    "shape-arg-not-divisibility-critical": shape_arg_not_divisibility_critical,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    listed = sorted(ctx.p.tune.do_not_specialize)
+    rows = [p.name for p in _specialized(ctx) if not _critical(ctx, p.name)]
+    return [Hit.at(ln, ln, param=name, listed=listed) for name in rows for ln in [_param_line(ctx, name)]]
+
+
+def _param_line(ctx: Ctx, name: str) -> int:
+    """The signature line that declares ``name`` (the def line for one-line signatures)."""
+    pat = re.compile(rf"(?:^|[(,])\s*{re.escape(name)}\s*[:,)=]")
+    for ln in range(ctx.p.line, min(ctx.p.end_line, ctx.p.line + 200) + 1):
+        t = ctx.text(ln)
+        if pat.search(t):
+            return ln
+        if t.endswith(":") and ln > ctx.p.line and not t.startswith("def"):
+            break
+    return ctx.p.line
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    names = list(ctx.p.tune.do_not_specialize)
+    if not names:
+        return []
+    line = _jit_line(ctx)
+    return [Hit.at(line, line, do_not_specialize=names)]
+
+
+# ---------------------------------------------------------------- rewrite
+
+_INT = {"int", "int32", "int64", "uint32", "uint64"}
+
+
+def shape_params(kernel: cst.FunctionDef) -> list[str]:
+    """Runtime shape parameters, in signature order."""
+    bounds: set[str] = set()
+    for loop in F.fors(kernel):
+        if isinstance(loop.iter, cst.Call) and C.last_part(C.call_name(loop.iter)) in ("range", "static_range"):
+            for arg in loop.iter.args:
+                if arg.keyword is None:
+                    bounds |= C.names_in(arg.value)
+    out = []
+    for p in C.params(kernel):
+        name, ann = p.name.value, C.last_part(C.annotation_text(p))
+        if ann == "constexpr" or "stride" in name.lower():
+            continue
+        if name in bounds or ann in _INT:
+            out.append(name)
+    return out
+
+
+def _listed(dec: cst.Decorator) -> tuple[list[str], cst.Arg | None]:
+    if not isinstance(dec.decorator, cst.Call):
+        return [], None
+    arg = C.kwarg(dec.decorator, "do_not_specialize")
+    if arg is None or not isinstance(arg.value, (cst.List, cst.Tuple)):
+        return [], arg
+    names = []
+    for el in arg.value.elements:
+        if isinstance(el.value, cst.SimpleString):
+            names.append(el.value.evaluated_value)
+        elif isinstance(el.value, cst.Integer):
+            names.append(int(el.value.value))
+    return names, arg
+
+
+def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
+    src = C.parse(source)
+    if isinstance(src, str):
+        return C.failed(CODE, source, src, SAFETY)
+    ks = C.kernels(src.module, options)
+    edits: dict = {}
+    changes: list[Change] = []
+    done: list[str] = []
+    for kernel in ks:
+        dec = C.jit_decorator(kernel)
+        wanted = shape_params(kernel)
+        if not wanted:
+            continue
+        listed, arg = _listed(dec)
+        positions = [p.name.value for p in C.params(kernel)]
+        have = {positions[n] if isinstance(n, int) and n < len(positions) else n for n in listed}
+        if arg is not None and not isinstance(arg.value, (cst.List, cst.Tuple)):
+            done.append(f"{kernel.name.value}: do_not_specialize is computed ({C.code_of(arg.value)}), left as is")
+            continue
+        missing = [n for n in wanted if n not in have]
+        if not missing:
+            done.append(f"{kernel.name.value} already lists {', '.join(wanted)}")
+            continue
+        edits[dec] = _edit(missing)
+        changes.append(Change(src.line(dec), f"{kernel.name.value}: do_not_specialize += {missing}"))
+    if not edits:
+        if done:
+            return C.skip(CODE, SAFETY, source, "already applied: " + "; ".join(done))
+        return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit kernel with a runtime shape argument "
+                       "(a loop bound or an integer-annotated parameter)")
+    new = C.apply_edits(src.module, edits).code
+    return [C.applied_result(CODE, source, new, changes, f"do_not_specialize for {len(edits)} kernel(s)", SAFETY)]
+
+
+def _edit(missing: list[str]):
+    def edit(upd: cst.Decorator) -> cst.Decorator:
+        new_items = [cst.Element(cst.SimpleString(f'"{n}"')) for n in missing]
+        if isinstance(upd.decorator, cst.Call):
+            arg = C.kwarg(upd.decorator, "do_not_specialize")
+            if arg is not None:
+                lst = arg.value
+                new_arg = arg.with_changes(value=lst.with_changes(elements=[*lst.elements, *new_items]))
+                return upd.with_changes(decorator=upd.decorator.with_changes(
+                    args=[new_arg if a is arg else a for a in upd.decorator.args]))
+            call = upd.decorator
+        else:
+            call = cst.Call(func=upd.decorator, args=[])
+        kw = cst.Arg(cst.List(new_items), keyword=cst.Name("do_not_specialize"),
+                     equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        return upd.with_changes(decorator=call.with_changes(args=[*call.args, kw]))
+
+    return edit
+
+
+class DoNotSpecializeShapeArgs(Rule):
+    """Keep tile sizes constexpr but exclude runtime shape arguments from specialisation."""
+
+    SAFETY = SAFETY
+    LANGUAGES = LANGUAGES
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
+
+    rewrite = staticmethod(rewrite)

@@ -1,0 +1,144 @@
+"""SK009-flat-grid-int64-offsets: one flat grid axis, decomposed in the kernel, in int64.
+
+Conditions (detector):
+Grid axes 1 and 2 are limited to 65535 programs, and offsets like ``(i_n * HV + i_hv) * K * V``
+overflow int32 at serving sizes. Opportunity: the kernel reads program-id axis 1 or 2 and
+none of its program ids is widened to int64. Instance: axis 0 widened to int64
+(``tl.program_id(0).to(tl.int64)``, ``(int64_t)blockIdx.x``) and split into several indices
+with ``//`` and ``%``.
+"""
+from __future__ import annotations
+
+import re
+
+from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import terms as _terms
+from skel.skeletons.rule import Rule, folder_code
+
+CODE = folder_code(__file__)
+
+
+# ---------------------------------------------------------------- conditions
+
+WIDE = re.compile(r"tl\.int64|int64_t|\bsize_t\b|long\s+long|uint64_t|\bint64\b")
+
+
+def _widened(ctx: Ctx, ax) -> str | None:
+    if WIDE.search(ctx.statement(ax.line)):
+        return f"line {ax.line}: {ctx.text(ax.line)}"
+    for a in ctx.assigns:
+        if set(a.targets) & ({ax.var} | set(ax.derived)) and WIDE.search(a.rhs):
+            return f"line {a.line}: {' '.join(a.targets)} = {a.rhs}"
+    return None
+
+
+def _decomposed(ctx: Ctx, ax) -> list[str]:
+    """Index assignments that split the axis with // or % (following derived names forward)."""
+    names = {ax.var} | set(ax.derived)
+    rows = []
+    for a in ctx.assigns:
+        if a.line < ax.line or not names & set(re.findall(r"\w+", a.rhs)):
+            continue
+        if re.search(r"//|%|(?<![/])/(?![/])", a.rhs) and len(a.rhs) < 80:
+            names |= set(a.targets)
+            rows.append(f"line {a.line}: {', '.join(a.targets)} = {a.rhs}")
+    return rows
+
+
+def _high_axes(ctx: Ctx):
+    return [ax for ax in ctx.p.program_axes if ax.axis in (1, 2)]
+
+
+def _pid_names(ctx: Ctx) -> set[str]:
+    """Program ids and every variable computed from them (following assignments forward)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "pid" not in cache:
+        names = set()
+        for ax in ctx.p.program_axes:
+            names |= {ax.var, *ax.derived, *(v for v, _ in ax.roles)}
+        for a in ctx.assigns:
+            if set(re.findall(r"[A-Za-z_]\w*", a.rhs)) & names and not WIDE.search(a.rhs):
+                names |= set(a.targets)
+        cache["pid"] = names
+    return cache["pid"]
+
+
+def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
+    """(line, text, size factors) for pointer offsets that multiply a program-id value by sizes,
+    in a kernel whose program ids are never widened to int64."""
+
+    if any(_widened(ctx, ax) for ax in ctx.p.program_axes):
+        return []
+    pids = _pid_names(ctx)
+    pointers = {p.name for p in ctx.p.params if not p.constexpr and not (p.annotation or "").startswith(("tl.int", "int"))}
+    out = []
+    for a in ctx.assigns:
+        head = re.match(r"\s*\(?\s*([A-Za-z_]\w*)", a.rhs)
+        if not head or head.group(1) not in pointers | {t for t in _pointer_vars(ctx)}:
+            continue
+        for term in _terms(a.rhs, "+-"):
+            names = set(re.findall(r"[A-Za-z_]\w*", term))
+            if "*" in term and names & pids:
+                sizes = len(names - pids - {"tl", "arange", "to", "int64"})
+                out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}", sizes))
+                break
+    return out
+
+
+def _pointer_vars(ctx: Ctx) -> set[str]:
+    return {m.group(1) for mo in ctx.p.memops if (m := re.match(r"\s*\(?\s*([A-Za-z_]\w*)", mo.pointer))}
+
+
+def program_id_multiplied_into_offset(ctx: Ctx) -> Check:
+    rows = _offsets(ctx)
+    if not rows:
+        wide = [w for ax in ctx.p.program_axes if (w := _widened(ctx, ax))]
+        return no(f"program ids are widened to int64 before use ({wide[0]})" if wide else "no program id is multiplied into a pointer offset")
+    return yes("; ".join(f"line {ln}: {t} (int32)" for ln, t, _ in rows[:3]))
+
+
+def offset_can_exceed_int32(ctx: Ctx) -> Check:
+    big = [(ln, t, n) for ln, t, n in _offsets(ctx) if n >= 2]
+    axes = _high_axes(ctx)
+    if not big and not axes:
+        return no("offsets multiply a program id by at most one size and the grid uses only axis 0")
+    parts = [f"line {ln}: {t} multiplies a program id by {n} sizes (e.g. N * H * K * V elements can pass 2**31)" for ln, t, n in big[:2]]
+    parts += [f"line {ax.line}: grid axis {ax.axis} is limited to 65535 programs" for ax in axes[:1]]
+    return yes("; ".join(parts))
+
+
+CONDITIONS = {
+    "program-id-multiplied-into-offset": program_id_multiplied_into_offset,
+    "offset-can-exceed-int32": offset_can_exceed_int32,
+}
+
+
+def candidates(ctx: Ctx) -> list[Hit]:
+    rows = _offsets(ctx)
+    big = [r for r in rows if r[2] >= 2] or (rows if _high_axes(ctx) else [])
+    return [Hit.at(ln, ln, offset=t, sizes=n, high_axes=[ax.axis for ax in _high_axes(ctx)]) for ln, t, n in big]
+
+
+def instances(ctx: Ctx) -> list[Hit]:
+    out = []
+    for ax in ctx.p.program_axes:
+        if ax.axis != 0:
+            continue
+        wide = _widened(ctx, ax)
+        parts = _decomposed(ctx, ax)
+        if wide and sum(len(p.split(" = ", 1)[0].split(",")) for p in parts) >= 2:
+            out.append(Hit.at(ax.line, ax.line, widened=wide, decomposition=parts[:4]))
+    return out
+
+
+class FlatGridInt64Offsets(Rule):
+    """Use one flat 1-D grid decomposed in the kernel, with program ids widened to int64 before offsets."""
+
+    SAFETY = "safe"  # of the method docs.md describes (no automatic rewrite)
+    CONDITIONS = CONDITIONS
+
+    def instances(self, ctx):
+        return instances(ctx)
+
+    def sites(self, ctx):
+        return candidates(ctx)
