@@ -42,7 +42,7 @@ def skeleton(code="SK001", name="rsqrt-norm", lifecycle="preview", method="multi
         constraints=Constraints("none", "none", "any", "unchanged", "nothing"),
         provenance=(Provenance("fla-core", "fla/ops/kda/fused_recurrent.py", 120, "0.6.0"),),
         conflicts=(), enables=(), docs={"What it does": "x"}, before="a = 1\n", after="a = 2\n",
-        folder=Path("/lib") / code,
+        folder=Path("/lib") / code, rule=object,  # no detector: the catalog stores metadata only
     )
 
 
