@@ -31,6 +31,7 @@ from typing import Iterable, Iterator, Sequence
 from skel.catalog import schema
 from skel.catalog.candidates import HistoryStore
 from skel.catalog.damage import CatalogBusy, CatalogDamaged, CatalogError, GuardedConnection
+from skel.catalog.exchange import ExchangeStore
 from skel.catalog.queries import QueryStore
 from skel.catalog.records import (
     Evidence,
@@ -85,7 +86,7 @@ def _dumps(value: object, what: str) -> str:
         raise RecordError(f"{what}: not storable as JSON ({exc})") from None
 
 
-class Catalog(HistoryStore, QueryStore):
+class Catalog(HistoryStore, QueryStore, ExchangeStore):
     def __init__(self, path: Path, conn: sqlite3.Connection, version: int):
         self.path = path
         self.version = version

@@ -97,11 +97,15 @@ def mine_history(
     force: bool = False,
     repo_name: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    executor=None,
+    on_tally=None,
 ) -> HistoryReport:
     """Mine the history of ``path`` (a checkout or a bare repository) into ``catalog``.
 
     ``paths`` limit the walk to those folders/files (git pathspecs relative to the top);
-    ``max_commits`` to the newest N commits on the first run.
+    ``max_commits`` to the newest N commits on the first run. ``executor`` (a
+    ``skel.executor.RayExecutor``) diffs runs of consecutive commits as Ray tasks (the repository must be
+    at the same path on every node); this process records them in commit order, as the local walk does.
     """
     started = time.perf_counter()
     root = Path(path)
@@ -124,7 +128,9 @@ def mine_history(
             todo = plan.walked[plan.skip:]
             if progress:
                 progress(plan.skip, len(plan.walked), "")
-            for n, (commit, mined) in enumerate(_walk(root, repo, todo, paths, stats), plan.skip + 1):
+            walk = (_walk(root, repo, todo, paths, stats) if executor is None
+                    else _walk_tasks(executor, root, repo, todo, paths, stats, on_tally))
+            for n, (commit, mined) in enumerate(walk, plan.skip + 1):
                 cat.record_commit(repo, HistoryProgress(plan.since, plan.target, n, commit.sha, tuple(paths)), mined,
                                   reset=plan.reset and n == 1)
                 if progress:
@@ -265,3 +271,39 @@ def _walk(root: Path, repo: str, walked: list[git.Commit], paths, stats: _Stats)
             stats.kernel_commits += bool(mined)
             stats.kernel_edits += len(mined)
             yield c, mined
+
+
+CHUNK_COMMITS = 32  # commits per Ray task: long enough to reuse parsed blobs, short enough to spread a repository
+
+
+def walk_task(job: tuple[str, str, list, tuple]) -> tuple[list, _Stats]:
+    """A Ray task: ``_walk`` over one run of consecutive commits; (commit, its MinedEdits) pairs and the counts."""
+    root, repo, commits, paths = job
+    stats = _Stats()
+    return list(_walk(Path(root), repo, commits, paths, stats)), stats
+
+
+def _walk_tasks(executor, root: Path, repo: str, walked: list, paths, stats: _Stats, on_tally=None):
+    """``_walk`` as Ray tasks of CHUNK_COMMITS commits each, yielded in commit order as soon as every earlier
+    chunk is in (later ones wait here), so the catalog is written exactly as by the local walk. A chunk whose
+    task failed after its retries stops the run; the commits recorded before it stay, and the next run resumes."""
+    from skel.executor import TaskFailed
+
+    chunks = [walked[i:i + CHUNK_COMMITS] for i in range(0, len(walked), CHUNK_COMMITS)]
+    jobs = [(str(root), repo, chunk, tuple(paths)) for chunk in chunks]
+    arrived: dict[int, tuple[list, _Stats]] = {}
+    following = 0
+    for index, result in executor.map(walk_task, jobs, on_tally=on_tally):
+        if isinstance(result, TaskFailed):
+            first = chunks[index][0].sha[:10]
+            raise git.GitError(f"{root}: the Ray task diffing commits from {first} failed ({result.error}); "
+                               "what was walked before it is recorded: run again to resume")
+        arrived[index] = result
+        while following in arrived:
+            pairs, part = arrived.pop(following)
+            for field in ("kernel_commits", "files", "kernel_edits", "blobs"):
+                setattr(stats, field, getattr(stats, field) + getattr(part, field))
+            # a blob that fails to parse at a chunk's edge is read (and reported) by both chunks
+            stats.errors.extend(e for e in part.errors if e not in stats.errors)
+            yield from pairs
+            following += 1

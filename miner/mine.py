@@ -226,11 +226,15 @@ def mine(
     force: bool = False,
     max_bytes: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    executor=None,
+    on_tally=None,
 ) -> MineReport:
     """Mine ``paths`` into ``catalog`` (a Catalog, a path, or None for the default catalog).
 
     ``progress(done, total, path)`` is called after each file. ``force`` re-parses files
-    the catalog already holds unchanged.
+    the catalog already holds unchanged. ``executor`` (a ``skel.executor.RayExecutor``) parses the
+    files as Ray tasks instead of the local pool (``on_tally(Tally)`` hears how they stand); this
+    process still reads every file and is the only one that writes the catalog.
     """
     started = time.perf_counter()
     paths = [str(p) for p in paths]
@@ -238,7 +242,7 @@ def mine(
     own = not isinstance(catalog, Catalog)
     cat = open_catalog(catalog) if own else catalog
     try:
-        outcomes = _mine_candidates(cands, cat, jobs, force, max_bytes, progress)
+        outcomes = _mine_candidates(cands, cat, jobs, force, max_bytes, progress, executor, on_tally)
         _forget_deleted(cat, paths)
     finally:
         if own:
@@ -260,7 +264,8 @@ def mine(
     )
 
 
-def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress) -> list[FileOutcome]:
+def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress, executor=None, on_tally=None
+                     ) -> list[FileOutcome]:
     known = {s.path: s for s in cat.sources()}
     total = len(cands)
     done = 0
@@ -285,7 +290,8 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress) -> l
             finished(_cached(cat, cand.path, rec))
         else:
             todo.append(prep)
-    for prep, (profiles, findings, error) in _run_jobs(todo, jobs):
+    jobs_done = _run_jobs(todo, jobs) if executor is None else _ray_jobs(todo, executor, on_tally)
+    for prep, (profiles, findings, error) in jobs_done:
         c = prep.cand
         source = SourceRecord(c.path, prep.key, repo=c.repo, mtime=prep.mtime, size=prep.size, error=error)
         try:
@@ -352,3 +358,22 @@ def _run_jobs(todo: list[_Prepared], jobs: int | None):
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
+
+
+def analyze_task(job: tuple[str, str, str]):
+    """A Ray task: one file's analysis (``analyze``), from its path, text and language."""
+    return analyze(*job)
+
+
+def _ray_jobs(todo: list[_Prepared], executor, on_tally=None):
+    """Yield (prepared, analysis) as Ray tasks finish, biggest files submitted first. The text travels
+    with the task (no shared file system needed); a task that failed after its retries is reported
+    with the file, like a worker that died in the local pool."""
+    from skel.executor import TaskFailed
+
+    order = sorted(todo, key=lambda p: -len(p.text))
+    jobs = [(p.cand.path, p.text, p.cand.language) for p in order]
+    for index, result in executor.map(analyze_task, jobs, on_tally=on_tally):
+        if isinstance(result, TaskFailed):
+            result = ([], [], f"worker failed: {result.error}")
+        yield order[index], result

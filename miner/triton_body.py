@@ -79,7 +79,7 @@ class BodyWalker(OpRecorder):
 
     def add_edges(self, deps, node: str) -> None:
         self.nodes.add(node)
-        for d in deps:
+        for d in sorted(deps):  # deps are sets: sorted, a profile is the same in every process (content-keyed merges)
             self.edges[(d, node)] = None
 
     def define(self, var: str, line: int, deps) -> str:

@@ -59,6 +59,7 @@ class ApplyOptions:
     # a later stage of a file with several launchers (``apply``): the functions earlier stages judged,
     # which this stage's candidates must leave as they are
     frozen: tuple[str, ...] = ()
+    executor: object = None  # a skel.executor.RayExecutor: every gate judgement becomes a Ray task (remote_gate)
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,14 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
         wanted = {c.upper() for c in options.skeletons}
         codes = [c for c in codes if c in wanted]
     progress(f"applicable skeletons: {', '.join(codes) or 'none'}")
-    device = options.device or _default_device()
+    remote = None
+    if options.executor is not None and not options.dry_run:
+        from skel.rewriter.remote_gate import RemoteGate
+
+        remote = RemoteGate(options.executor)
+    device = options.device or (remote.default_device() if remote else _default_device())
+    if remote is not None:
+        remote.check(device)
     shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
     rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
@@ -326,8 +334,9 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
     # reused by the others, so every "% of roofline" in one report has one denominator.
     machine = None
 
-    def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
-        """Write the candidate's file (kept beside the report) and run the gate on it, with progress."""
+    def stage(cand: Candidate, number: int, step: str):
+        """Restrict the candidate to what the entry runs and write its file (kept beside the report): (the
+        candidate as judged, its diff, its file, its outcome when it is not for the gate, the names restored)."""
         missed = _missed_by_entry(source, cand.source, binding.entry) if not options.dry_run else ""
         restored: tuple[str, ...] = ()
         if not options.dry_run and not missed:
@@ -340,44 +349,59 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
         cand_path = work / f"candidate_{number:02d}.py"
         write_source(cand_path, cand.source, encoding)
         if options.dry_run:
-            return CandidateOutcome(cand.skeletons, cand.label, False, None, "dry run: not validated",
-                                    cand.unsafe, diff, cand.params, None, str(cand_path))
+            return cand, diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None,
+                                                           "dry run: not validated", cand.unsafe, diff, cand.params,
+                                                           None, str(cand_path)), restored
         if restored:
             progress(f"[{step}] {cand.label}: its changes to {', '.join(restored)} are left out: the gate does not"
                      f" judge them through {binding.entry} (--entry NAME judges their launcher)")
         if missed:
             progress(f"[{step}] {cand.label}: {missed}")
-            return CandidateOutcome(cand.skeletons, cand.label, False, None, missed, cand.unsafe, diff, cand.params,
-                                    None, str(cand_path))
+            return cand, diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None, missed,
+                                                           cand.unsafe, diff, cand.params, None, str(cand_path)), restored
+        return cand, diff, cand_path, None, restored
+
+    def judge(cand: Candidate, number: int, step: str) -> CandidateOutcome:
+        """Stage the candidate and run the gate on it, with progress."""
+        cand, diff, cand_path, decided, restored = stage(cand, number, step)
+        if decided is not None:
+            return decided
         progress(f"[{step}] gate: {cand.label}")
         started = time.monotonic()
         nonlocal machine
         outcome, machine = _judge(cand, cand_path, binding, path, shape_set, device, diff, options, machine)
-        if restored:
-            outcome = dataclasses.replace(outcome, reason=f"{outcome.reason} (its changes to {', '.join(restored)},"
-                                                          f" which {binding.entry} never runs, left out)")
+        outcome = _left_out(outcome, restored, binding.entry)
         progress(f"[{step}] {outcome.reason} ({time.monotonic() - started:.0f} s)")
         return outcome
 
-    outcomes = [judge(cand, i, f"{i}/{len(cset.candidates)}") for i, cand in enumerate(cset.candidates, 1)]
+    def judge_round(numbered: list[tuple[Candidate, int, str]]) -> list[CandidateOutcome]:
+        """Each (candidate, number, step) judged: one after the other here, or all at once as Ray tasks."""
+        if remote is None:
+            return [judge(*n) for n in numbered]
+        return _judge_remote(remote, numbered, stage, binding, path, shape_set, device, options, progress)
+
+    outcomes = judge_round([(cand, i, f"{i}/{len(cset.candidates)}") for i, cand in enumerate(cset.candidates, 1)])
     perf_measured = device == "cuda" and not options.dry_run
     precision_only = frozenset(o.label for o in outcomes
                                if all((s := library.get(c)) and s.category == "precision" for c in o.skeletons))
     if perf_measured:  # second round: compose the rest on top of each bucket's measured winner
         refined = _refine(source, cset.candidates, outcomes, codes, library, rewrite_options, options, precision_only,
                           skipped, binding.batch)
-        for k, (cand, origin) in enumerate(refined, 1):
-            judged = judge(cand, len(outcomes) + 1, f"second round {k}/{len(refined)}")
-            outcomes.append(dataclasses.replace(judged, reason=f"second round, on {origin}: {judged.reason}", round=2))
+        judged = judge_round([(cand, len(outcomes) + k, f"second round {k}/{len(refined)}")
+                              for k, (cand, _) in enumerate(refined, 1)])
+        for (_, origin), j in zip(refined, judged):
+            outcomes.append(dataclasses.replace(j, reason=f"second round, on {origin}: {j.reason}", round=2))
     runoffs: list = []
-    runoff = _runoff(binding, device, options, progress, lambda: machine) if perf_measured else None
+    runoff = (_runoff(binding, device, options, progress, lambda: machine, **({"remote": remote} if remote else {}))
+              if perf_measured else None)
     winners, outcomes = choose_winners(outcomes, perf_measured, precision_only, runoff, runoffs, binding.batch)
     output = None
     notes: list[str] = []
     if winners and not options.dry_run:
         progress("checking the output file")
         output, out_notes = _write_output(path, source, binding, winners, outcomes, options,
-                                          _dispatch_check(path, binding, shape_set, device, options, work, encoding),
+                                          _dispatch_check(path, binding, shape_set, device, options, work, encoding,
+                                                          remote),
                                           encoding)
         notes += out_notes
         progress(f"wrote {output}")
@@ -504,10 +528,14 @@ def unified_diff(before: str, after: str, name: str) -> str:
 
 
 def _gate(binding: TargetBinding, original: Path, candidate: Path, shapes, device: str, options: ApplyOptions,
-          **kwargs):
-    """The gate as `skel apply` calls it: the target's spec and launcher, numerics required, the run's time limit."""
+          remote=None, **kwargs):
+    """The gate as `skel apply` calls it: the target's spec and launcher, numerics required, the run's time limit;
+    with ``remote`` (remote_gate.RemoteGate) as a Ray task, which uses its cluster's roofline rates."""
     from skel.validate.gate import validate
 
+    if remote is not None:
+        return remote.validate(remote.job(original, candidate, binding.spec, binding.entry, shapes, device,
+                                          options.time_limit, timed=kwargs.get("bench") is not False))
     return validate(original, candidate, spec=binding.spec, entry=binding.entry, shapes=shapes, device=device,
                     time_limit=options.time_limit, require="correct", **kwargs)
 
@@ -521,8 +549,17 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
     try:
         result = _gate(binding, target, cand_path, _shape_arg(shape_set), device, options, machine=machine)
     except GateInputError as exc:
-        return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {exc}",
-                                cand.unsafe, diff, cand.params, None, str(cand_path)), machine
+        result = exc
+    return _outcome(cand, cand_path, result, device, diff), getattr(result, "machine", None) or machine
+
+
+def _outcome(cand: Candidate, cand_path: Path, result, device: str, diff: str) -> CandidateOutcome:
+    """The candidate's outcome from the gate's result (or the GateInputError it raised)."""
+    from skel.validate.gate import GateInputError
+
+    if isinstance(result, GateInputError):
+        return CandidateOutcome(cand.skeletons, cand.label, False, None, f"gate could not run: {result}",
+                                cand.unsafe, diff, cand.params, None, str(cand_path))
     numerics = all(s.numerics is not None and s.numerics.passed for s in result.shapes)
     if result.error:
         reason = f"gate error: {result.error}"
@@ -534,10 +571,37 @@ def _judge(cand: Candidate, cand_path: Path, binding: TargetBinding, target: Pat
         faster, slower = result.faster_at, result.slower_at
         reason = f"numerics passed; faster at {len(faster)}, slower at {len(slower)} of {len(result.shapes)} shapes"
     return CandidateOutcome(cand.skeletons, cand.label, False, numerics, reason, cand.unsafe, diff, cand.params,
-                            result.to_dict(), str(cand_path)), result.machine or machine
+                            result.to_dict(), str(cand_path))
 
 
-def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine):
+def _judge_remote(remote, numbered, stage, binding: TargetBinding, target: Path, shape_set: str, device: str,
+                  options: ApplyOptions, progress: Progress) -> list[CandidateOutcome]:
+    """A round's candidates staged here, then judged all at once as Ray tasks (``remote``), in order."""
+    staged = [stage(*n) for n in numbered]
+    out: list[CandidateOutcome | None] = [decided for _, _, _, decided, _ in staged]
+    todo = [k for k, o in enumerate(out) if o is None]
+    jobs = [remote.job(target, staged[k][2], binding.spec, binding.entry, _shape_arg(shape_set), device,
+                       options.time_limit) for k in todo]
+    for k in todo:
+        progress(f"[{numbered[k][2]}] gate (Ray task): {staged[k][0].label}")
+    started = time.monotonic()
+    for j, result in remote.validate_many(jobs):
+        k = todo[j]
+        cand, diff, cand_path, _, restored = staged[k]
+        out[k] = _left_out(_outcome(cand, cand_path, result, device, diff), restored, binding.entry)
+        progress(f"[{numbered[k][2]}] {out[k].reason} ({time.monotonic() - started:.0f} s since the round began)")
+    return out
+
+
+def _left_out(outcome: CandidateOutcome, restored: tuple[str, ...], entry: str) -> CandidateOutcome:
+    """The outcome, saying which of the candidate's changes were restored (its entry never runs them)."""
+    if not restored:
+        return outcome
+    return dataclasses.replace(outcome, reason=f"{outcome.reason} (its changes to {', '.join(restored)},"
+                                               f" which {entry} never runs, left out)")
+
+
+def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine, remote=None):
     """select.choose_winners' head-to-head: the challenger's file judged by the gate with the leader's file as
     the original, on the bucket's shapes, in one worker; ``machine()`` the run's roofline rates."""
     from skel.rewriter.select import settle
@@ -547,7 +611,7 @@ def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress
         progress(f"run-off in {bucket}: {challenger.label} against {leader.label}")
         started = time.monotonic()
         try:
-            result = _gate(binding, Path(leader.path), Path(challenger.path), shapes, device, options,
+            result = _gate(binding, Path(leader.path), Path(challenger.path), shapes, device, options, remote,
                            machine=machine())
         except GateInputError as exc:
             return settle(bucket, leader, challenger, None, f"gate could not run: {exc}")
@@ -589,12 +653,12 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
 
 
 def _dispatch_check(target: Path, binding: TargetBinding, shape_set: str, device: str, options: ApplyOptions,
-                    work: Path, encoding: str = "utf-8") -> Callable[[str], str | None]:
+                    work: Path, encoding: str = "utf-8", remote=None) -> Callable[[str], str | None]:
     """Numerics of an emitted dispatch file at every shape (no timing: its parts were timed)."""
     def check(text: str) -> str | None:
         cand = work / "dispatch.py"
         write_source(cand, text, encoding)
-        result = _gate(binding, target, cand, _shape_arg(shape_set), device, options, bench=False)
+        result = _gate(binding, target, cand, _shape_arg(shape_set), device, options, remote, bench=False)
         return None if result.accepted else "; ".join(result.reasons[:2]) or "rejected"
 
     return check

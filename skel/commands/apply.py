@@ -6,6 +6,7 @@ from pathlib import Path
 
 from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, load_user_library, positive_int
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from skel.executor import add_executor_args, executor_from_args
 
 DESCRIPTION = """\
 Profile the target, find the skeletons whose conditions hold, generate candidates (each
@@ -18,6 +19,12 @@ first); if different candidates win in different buckets the output holds
 all of them behind a dispatch on shape. The input is never overwritten unless --in-place
 (which keeps a .orig backup). Without a GPU, numerics run in Triton's interpreter and
 performance is reported as not measured: nothing is accepted.
+
+With --executor ray [--address ADDR] (needs `pip install 'skel[ray]'`), every judgement (each candidate
+against the original, each run-off, the dispatch check) is a Ray task holding one GPU (one CPU with --device
+cpu): the same gate, with the original and the candidate in their own contained workers, judging a round's
+candidates all at once; the roofline is measured once per GPU model; a judgement whose worker or node is lost is
+re-run. The target, its spec and the report folder must be at the same path on every node.
 
 Exit codes: 0 a rewrite was accepted and written; 1 nothing accepted (or dry run with
 candidates); 2 usage or input error: a missing, unreadable, binary or undecodable target (Python
@@ -59,6 +66,7 @@ def register(sub) -> None:
     add_json(p)
     add_library(p)
     add_catalog(p)
+    add_executor_args(p)
     p.set_defaults(func=cmd_apply)
 
 
@@ -85,7 +93,7 @@ def cmd_apply(args) -> int:
         device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
         report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
         preview=args.preview, max_bytes=args.max_bytes, entry=args.entry, variants=tuple(args.variant),
-        dims=tuple(args.dims.items()),
+        dims=tuple(args.dims.items()), executor=executor_from_args(args.executor, args.address),
     )
     if args.harness and (args.entry or args.variant or args.dims):
         raise UsageError("--entry, --variant and --dims shape the inferred harness: leave them out with --harness")

@@ -78,10 +78,11 @@ def register(sub) -> None:
 
     # `catalog prompt` (the agent brief) and `catalog repair` (salvage a damaged catalog) live in their own
     # modules: skel/commands/catalog_prompt.py, skel/commands/catalog_repair.py.
-    from skel.commands import catalog_prompt, catalog_repair
+    from skel.commands import catalog_exchange, catalog_prompt, catalog_repair
 
     catalog_prompt.add_parser(verbs, _common)
     catalog_repair.add_parser(verbs)
+    catalog_exchange.add_parser(verbs)  # export, import|merge: catalogs of many machines merged
 
 
 def _common(p: argparse.ArgumentParser) -> None:

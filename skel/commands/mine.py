@@ -7,7 +7,9 @@ import sys
 import time
 
 from skel.commands.common import add_catalog, add_json, emit_json, positive_int
+from skel.commands.progress import TallyProgress
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from skel.executor import add_executor_args, executor_from_args
 
 EPILOG = """\
 What is mined: .py files that mention triton and jit (Triton kernels) and CUDA/C++
@@ -54,6 +56,13 @@ earlier PATH (the reference) to the later one (the variant). The edits join the 
 edits in the same clustering; their provenance is "variant pair: A:line vs B:line", and
 one pair is enough support. Unchanged files are not re-mined.
 
+Ray (--executor ray [--address ADDR], needs `pip install 'skel[ray]'`): each file to parse is a Ray task
+(--jobs is then unused); this process still walks and reads the files, sends each file's text with its task
+and is the only writer of the catalog. A task whose worker or node dies is re-run (3 retries); one that still
+fails is listed under errors. Progress shows tasks done, running, queued and failed. With --history, runs of
+32 consecutive commits are the tasks (the repository must be at the same path on every node) and are recorded
+in commit order. Without --address: $RAY_ADDRESS, else a local cluster.
+
 --json prints {"files", "kernels", "instances": [{"skeleton", "path", "line", "kernel"}],
 "opportunities": [...same keys...], "errors": [{"path", "error"}]}, where files counts the
 source files looked at and kernels the kernels profiled (jit helper functions excluded)."""
@@ -89,6 +98,7 @@ def register(sub) -> None:
     h.add_argument("--min-support", type=positive_int, default=2, metavar="N",
                    help="a pattern needs N distinct (commit, kernel) occurrences (default 2)")
     h.add_argument("--rev", default="HEAD", help="history up to this revision (default HEAD)")
+    add_executor_args(p)
     p.set_defaults(func=handler)
 
 
@@ -99,17 +109,22 @@ def handler(args) -> int:
         raise UsageError("skel mine: give at least one PATH")
     if args.history and args.variants:
         raise UsageError("skel mine: --history and --variants exclude each other (run them one after the other)")
+    executor = executor_from_args(args.executor, args.address)
+    if executor is not None and args.variants:
+        raise UsageError("skel mine --variants runs on this machine only (leave out --executor ray)")
     if args.history:
-        return _history(args)
+        return _history(args, executor)
     if args.variants:
         return _variants(args)
-    progress = None if args.no_progress else Progress(sys.stderr)
+    progress = None if args.no_progress or executor else Progress(sys.stderr)
+    tasks = None if args.no_progress or not executor else TallyProgress(sys.stderr, "skel mine --executor ray", "files")
     try:
         report = mine(args.paths, catalog=args.catalog, jobs=args.jobs, force=args.force,
-                      max_bytes=args.max_bytes, progress=progress)
+                      max_bytes=args.max_bytes, progress=progress, executor=executor, on_tally=tasks)
     finally:
-        if progress:
-            progress.close()
+        for shown in (progress, tasks):
+            if shown:
+                shown.close()
     if args.json:
         emit_json(report.to_json())
     else:
@@ -121,7 +136,7 @@ def handler(args) -> int:
     return EXIT_FINDINGS if report.errors else EXIT_OK
 
 
-def _history(args) -> int:
+def _history(args, executor=None) -> int:
     from skel.miner.history import mine_history
     from skel.miner.history_git import GitError
 
@@ -130,15 +145,18 @@ def _history(args) -> int:
     reports = []
     for path in args.paths:
         progress = None if args.no_progress else RateProgress(sys.stderr, f"skel mine --history {path}", "commits")
+        tasks = None if args.no_progress or not executor else TallyProgress(sys.stderr, f"Ray tasks for {path}",
+                                                                            "chunks")
         try:
             reports.append(mine_history(path, catalog=args.catalog, paths=tuple(args.under), rev=args.rev,
                                         max_commits=args.max_commits, min_support=args.min_support, force=args.force,
-                                        progress=progress))
+                                        progress=progress, executor=executor, on_tally=tasks))
         except GitError as exc:
             raise UsageError(f"skel mine --history: {exc}") from None
         finally:
-            if progress:
-                progress.close()
+            for shown in (progress, tasks):
+                if shown:
+                    shown.close()
     if args.json:
         emit_json([r.to_json() for r in reports])
         return EXIT_OK

@@ -54,6 +54,37 @@ class RateProgress:
             self.stream.flush()
 
 
+class TallyProgress:
+    """How a batch of Ray tasks stands (``skel.executor.Tally``): done / running / queued / failed, on one
+    redrawn line on a terminal, a line every ``every_s`` seconds otherwise."""
+
+    def __init__(self, stream: TextIO, what: str, unit: str, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.stream, self.what, self.unit, self.every_s, self.clock = stream, what, unit, every_s, clock
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.last: float | None = None
+        self.drawn = False
+
+    def __call__(self, tally) -> None:
+        now = self.clock()
+        finished = tally.done + tally.failed == tally.total
+        if self.last is not None and now - self.last < (0.1 if self.tty else self.every_s) and not finished:
+            return
+        line = f"{self.what}: {tally.line(self.unit)}"
+        if self.tty:
+            self.stream.write("\r" + line.ljust(100)[:100])
+            self.drawn = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        self.last = now
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+
+
 def _duration(seconds: float) -> str:
     s = int(round(seconds))
     if s < 60:
