@@ -37,6 +37,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("fla/ops/hgrn/fused_recurrent.py", "SK003"): "SK003's conditions call a load invariant whose address the rewrite sees change per iteration",
     ("fla/ops/hgrn/fused_recurrent.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
     ("fla/ops/rwkv6/fused_recurrent.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
+    ("skeletons/SK001-rsqrt-for-norm-division/examples/scale_folded.before.py", "SK001"): "SK001's conditions miss a norm division whose scale multiply the rewrite folds in (two divisions and a scale in one expression)",
+    ("skeletons/SK003-hoist-loop-invariant-loads/examples/constexpr_guards.after.py", "SK003"): "SK003's conditions do not see the rewrite's own marker ('# skel SK003') on its output",
+    ("skeletons/SK003-hoist-loop-invariant-loads/examples/constexpr_guards.after.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
+    ("skeletons/SK003-hoist-loop-invariant-loads/examples/constexpr_guards.before.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
     ("fla/ops/comba/fused_recurrent.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
 }
 

@@ -22,11 +22,11 @@ What skel read from the code and assumed:
 - 'beta' ['B', 'T', 'HV']: read off its strides in fused_recurrent_kda_fwd_kernel
 - 'initial_state' ['B', 'HV', 'K', 'V']: read off its strides in fused_recurrent_kda_fwd_kernel
 - second oracle: naive_recurrent_kda (naive.py:12), which takes the launcher's arguments, run on float64 copies of the inputs (dropped, with a note, where it disagrees with the original)
-- `q` [B, T, H, K]: the spec's dtype; N(0, 1): the code shows no regime
-- `k` [B, T, H, K]: the spec's dtype; N(0, 1): the code shows no regime
+- `q` [B, T, H, K]: the spec's dtype; fused_recurrent_kda_fwd_kernel L2-normalises it only under a flag off on this path: the caller passes unit rows, N(0, 1) normalised over the last dim
+- `k` [B, T, H, K]: the spec's dtype; fused_recurrent_kda_fwd_kernel L2-normalises it only under a flag off on this path: the caller passes unit rows, N(0, 1) normalised over the last dim
 - `v` [B, T, HV, V]: the spec's dtype; N(0, 1): the code shows no regime
-- `g` [B, T, HV, K]: the spec's dtype; N(0, 1): the code shows no regime
-- `beta` [B, T, HV]: the spec's dtype; N(0, 1): the code shows no regime
+- `g` [B, T, HV, K]: the spec's dtype; fused_recurrent_kda_fwd_kernel takes exp() of it: log-decays in (-inf, 0), logsigmoid(N(0, 1))
+- `beta` [B, T, HV]: the spec's dtype; fused_recurrent_kda_fwd_kernel applies sigmoid to it only under a flag off on this path: the caller passes sigmoid outputs, sigmoid(N(0, 1))
 - `initial_state` [B, HV, K, V]: updated in place by the kernel (a state): float32; N(0, 1): the code shows no regime
 """
 from __future__ import annotations
@@ -41,11 +41,11 @@ CROSS_REFERENCE = ProjectReference("/tmp/work/kda/naive.py", "naive_recurrent_kd
 DIMS = ["B", "T", "H", "K", "HV", "V"]
 # argument: (dims (a number: a fixed size), dtype ("work" = the spec's dtype), values)
 TENSORS = {
-    "q": (('B', 'T', 'H', 'K'), "work", "normal"),
-    "k": (('B', 'T', 'H', 'K'), "work", "normal"),
+    "q": (('B', 'T', 'H', 'K'), "work", "unit-norm"),
+    "k": (('B', 'T', 'H', 'K'), "work", "unit-norm"),
     "v": (('B', 'T', 'HV', 'V'), "work", "normal"),
-    "g": (('B', 'T', 'HV', 'K'), "work", "normal"),
-    "beta": (('B', 'T', 'HV'), "work", "normal"),
+    "g": (('B', 'T', 'HV', 'K'), "work", "log-decay"),
+    "beta": (('B', 'T', 'HV'), "work", "unit-interval"),
     "initial_state": (('B', 'HV', 'K', 'V'), "float32", "normal"),
 }
 # returned tensors the roofline counts as written: (dims, dtype)
