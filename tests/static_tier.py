@@ -27,7 +27,8 @@ ALL: frozenset[str] = frozenset()
 STATIC: dict[str, frozenset[str]] = {
     "test_cuda_frontend.py": ALL,
     "test_detectors.py": ALL,
-    "test_empty_output.py": frozenset({"test_upstream_kda_wrapper_drops_its_zero_fill"}),
+    "test_empty_output.py": frozenset({"test_upstream_kda_wrapper_drops_its_zero_fill",
+                                       "test_a_partial_writer_is_caught_by_the_poisoned_allocations"}),
     "test_kernels.py": frozenset({"test_kernel_matches_reference_on_ci_shapes"}),
     "test_layout.py": ALL,
     "test_lazy_decay.py": frozenset({
@@ -112,8 +113,10 @@ def _guard():
         mp.setattr(os, "fork", _refuse("forked"))
         mp.setattr(zipfile.ZipFile, "__init__", _refuse("opened a wheel (a corpus)"))
         mp.setattr(multiprocessing.process.BaseProcess, "start", _refuse("started a worker process"))
-        if "triton" in sys.modules:
-            import triton.runtime.interpreter  # noqa: F401  (imported by now where a test launches kernels)
+        try:  # imported here, whatever the tests before imported: the guard sees the same each run
+            import triton.runtime.interpreter  # noqa: F401
+        except ImportError:
+            pass
         interpreter = sys.modules.get("triton.runtime.interpreter")
         if interpreter is not None:
             mp.setattr(interpreter.InterpretedFunction, "run",
@@ -126,13 +129,19 @@ def _guard():
         mp.undo()
 
 
+def _guarded(item: pytest.Item) -> bool:
+    """Only the tier's own run (``-m static``) guards its tests: in a full run what earlier tests imported
+    decides what the guard can see, and a full run must not fail on it."""
+    return item.config.getoption("markexpr", "") == "static" and is_static(item)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
-    with _guard() if is_static(item) else contextlib.nullcontext():
+    with _guard() if _guarded(item) else contextlib.nullcontext():
         yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    with _guard() if is_static(item) else contextlib.nullcontext():
+    with _guard() if _guarded(item) else contextlib.nullcontext():
         yield
