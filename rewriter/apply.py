@@ -222,6 +222,7 @@ def _apply_stages(options: ApplyOptions, library: Library, progress: Progress, e
     progress(f"{path.name}: {len(entries)} launchers reach different kernels: judged in turn"
              f" ({', '.join(entries)})")
     text, frozen, results, staged = read.text, set(), [], None
+    tree = ast.parse(read.text)
     try:
         for k, entry in enumerate(entries, 1):
             target = options.target
@@ -242,7 +243,7 @@ def _apply_stages(options: ApplyOptions, library: Library, progress: Progress, e
             results.append((entry, result, ""))
             if result.output:
                 text = read_written(Path(result.output), read.encoding)
-            frozen |= functions_reached(ast.parse(read.text), entry)
+            frozen |= functions_reached(tree, entry)
     finally:
         if staged is not None:
             for k in range(2, len(entries) + 1):

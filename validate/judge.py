@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from skel.validate.numerics import compare, modified_inputs, nonfinite
+from skel.validate.numerics import compare, modified_inputs, nonfinite, rel_rms
 from skel.validate.result import NumericsResult, OutputNumerics
 from skel.validate.roles import CandidateCall, CandidateClient, Case, OracleClient
 from skel.validate.spec import Shape, SpecInfo, Tolerance, dtype_name
@@ -31,15 +31,6 @@ _FLOOR_ULPS = 8
 # A project's reference that differs from the original by more than this rel-RMS computes something
 # else (another default, another layout): it is dropped as an oracle, with a note.
 CROSS_AGREEMENT = 0.05
-
-
-def _rel_rms(a: torch.Tensor, b: torch.Tensor) -> float:
-    x, y = a.detach().to(torch.float64).reshape(-1), b.detach().to(torch.float64).reshape(-1).to(a.device)
-    if not x.numel():
-        return 0.0
-    denom = float(y.norm())
-    err = float((x - y).norm())
-    return err / denom if denom > 0 else (0.0 if err == 0 else float("inf"))
 
 
 def precision_floor(dtype: str) -> float:
@@ -177,7 +168,7 @@ class ShapeJudge:
                 self._previous[name] = (call.outputs[name], case.ref[name])
             if self.cross and name in call.outputs and name in case.x64 \
                     and tuple(call.outputs[name].shape) == tuple(case.x64[name].shape):
-                self._worst(name).update("cross_candidate", _rel_rms(call.outputs[name], case.x64[name]))
+                self._worst(name).update("cross_candidate", rel_rms(call.outputs[name], case.x64[name]))
         return len(self.failures) == before
 
     def _cross_original(self, case: Case, seed: int) -> None:
@@ -189,7 +180,7 @@ class ShapeJudge:
         for name in self.spec.compared_outputs:
             base, ref = case.base.get(name), case.x64.get(name)
             if base is not None and ref is not None and tuple(base.shape) == tuple(ref.shape):
-                errors[name] = _rel_rms(base, ref)
+                errors[name] = rel_rms(base, ref)
         worst = max(errors, key=errors.get, default=None)
         if case.cross_note:
             why = case.cross_note

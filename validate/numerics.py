@@ -46,14 +46,26 @@ def _first(mask: torch.Tensor) -> int:
     return int(mask.reshape(-1).nonzero()[0, 0])
 
 
+def _flat64(got: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    g = got.detach().to(torch.float64).reshape(-1)
+    return g, expected.detach().to(torch.float64).reshape(-1).to(g.device)
+
+
+def _rel(g: torch.Tensor, e: torch.Tensor) -> float:
+    denom, num = float(e.norm()), float((g - e).norm())
+    return num / denom if denom > 0 else (0.0 if num == 0 else float("inf"))
+
+
+def rel_rms(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """Relative RMS error of ``got`` against ``expected`` (same number of elements), in float64."""
+    return _rel(*_flat64(got, expected))
+
+
 def compare(got: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Comparison:
     """Relative RMS and max error of ``got`` against ``expected`` (both finite, same shape)."""
-    g = got.detach().to(torch.float64).reshape(-1)
-    e = expected.detach().to(torch.float64).reshape(-1).to(g.device)
+    g, e = _flat64(got, expected)
     diff = (g - e).abs()
-    denom = float(e.norm())
-    num = float(diff.norm())
-    rel = num / denom if denom > 0 else (0.0 if num == 0 else float("inf"))
+    rel = _rel(g, e)
     worst = float(diff.max()) if diff.numel() else 0.0
     passed = rel <= tol.rel_rms and worst <= tol.max_abs
     if diff.numel() == 0:
