@@ -118,7 +118,7 @@ def _table_of(sql: str) -> str:
 def _schema_tables() -> set[str]:
     from skel.catalog import schema
 
-    return set(re.findall(r"CREATE TABLE (\w+)", schema.DDL_V3))
+    return set(re.findall(r"CREATE TABLE (\w+)", schema.DDL_V4))
 
 
 class GuardedCursor(sqlite3.Cursor):

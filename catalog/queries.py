@@ -10,9 +10,13 @@ writing stays in ``skel.catalog.store``. Rows become records through ``skel.cata
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from skel.catalog import rows
-from skel.catalog.records import Evidence, Finding, SourceRecord, Stats, ValidationRun
+from skel.catalog.records import Evidence, Finding, SourceRecord, Stats, StoredFile, ValidationRun
+
+
+STORED_CHUNK = 500  # files per query of ``stored_files`` (SQLite's limit on bound values was 999 before 3.32)
 
 
 class QueryStore:
@@ -37,6 +41,44 @@ class QueryStore:
     def sources(self, failed_only: bool = False) -> list[SourceRecord]:
         sql = "SELECT * FROM sources" + (" WHERE error IS NOT NULL" if failed_only else "") + " ORDER BY path"
         return rows.decoded(self.path, "sources", self._q(sql))
+
+    def stored_files(self, paths: Iterable[str | Path]) -> dict[str, StoredFile]:
+        """Path -> what the catalog holds for it (its source, kernel count and findings), for those of
+        ``paths`` it knows: the answer a warm re-mine reports for unchanged files.
+
+        A few queries per ``STORED_CHUNK`` files, whatever their number (never a query or a scan per file),
+        all in one snapshot. Profiles are not decoded, only their kind read (a profile that is not JSON
+        is still reported as damage); findings are in ``findings(path=...)``'s order.
+        """
+        wanted = list(dict.fromkeys(str(p) for p in paths))
+        out: dict[str, StoredFile] = {}
+        with self.snapshot():
+            for start in range(0, len(wanted), STORED_CHUNK):
+                out.update(self._stored_chunk(wanted[start:start + STORED_CHUNK]))
+        return out
+
+    def _stored_chunk(self, paths: list[str]) -> dict[str, StoredFile]:
+        marks = ", ".join("?" * len(paths))
+        found = self._q(f"SELECT * FROM sources WHERE path IN ({marks})", paths)
+        ids = {r["id"]: rec for r, rec in zip(found, rows.decoded(self.path, "sources", found))}
+        if not ids:
+            return {}
+        id_marks = ", ".join("?" * len(ids))
+        kinds = self._q(
+            "SELECT id, source_id, CASE WHEN json_valid(profile_json) THEN json_extract(profile_json, '$.kind') END "
+            f"AS kind, json_valid(profile_json) AS valid FROM kernels WHERE source_id IN ({id_marks})", list(ids))
+        broken = [r["id"] for r in kinds if not r["valid"]]
+        if broken:  # decoding the row names the damage as every other query does
+            rows.decoded(self.path, "kernels", self._q("SELECT * FROM kernels WHERE id = ?", (broken[0],)))
+        counts = dict.fromkeys(ids, 0)
+        for r in kinds:
+            counts[r["source_id"]] += r["kind"] == "kernel"
+        by_source: dict[int, list[Finding]] = {i: [] for i in ids}
+        found = self._q(f"SELECT * FROM findings WHERE source_id IN ({id_marks}) ORDER BY source_id, line, skeleton, id",
+                        list(ids))
+        for r, f in zip(found, rows.decoded(self.path, "findings", found)):
+            by_source[r["source_id"]].append(f)
+        return {rec.path: StoredFile(rec, counts[i], tuple(by_source[i])) for i, rec in ids.items()}
 
     def profiles(self, path: str | Path) -> list:
         """The kernel profiles recorded for ``path``, in line order (the miner's content-hash cache)."""

@@ -51,6 +51,16 @@ class SourceRecord:
 
 
 @dataclass(frozen=True)
+class StoredFile:
+    """What the catalog holds for one mined file, as a warm re-mine reports it without parsing:
+    ``kernels`` counts its profiles of kind ``kernel`` (jit device helpers not counted)."""
+
+    source: SourceRecord
+    kernels: int
+    findings: tuple["Finding", ...]
+
+
+@dataclass(frozen=True)
 class Finding:
     """A skeleton seen in a kernel: an ``instance`` (already applied) or an ``opportunity`` (could apply)."""
 

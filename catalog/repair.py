@@ -30,7 +30,7 @@ from skel.catalog.candidates import PROGRESS_KEY, STALE_KEY, UNKNOWN_HEAD
 from skel.catalog.damage import CatalogError
 from skel.catalog.repair_report import RepairReport, TableSalvage
 
-DDL = {1: schema.DDL_V1, 2: schema.DDL_V2, 3: schema.DDL_V3}
+DDL = {1: schema.DDL_V1, 2: schema.DDL_V2, 3: schema.DDL_V3, 4: schema.DDL_V4}
 STALE_HASH = "stale: salvaged by skel catalog repair"  # no content hash equals it: the file is re-parsed
 MINED = ("sources", "kernels", "findings")
 HISTORY = ("history_repos", "history_edits", "candidates", "candidate_occurrences")

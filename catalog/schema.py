@@ -15,7 +15,7 @@ import sqlite3
 from typing import Callable
 
 APP = "skel"
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 
 # Tables whose layout is the same in every version so far.
 COMMON = """
@@ -190,6 +190,15 @@ CREATE INDEX candidate_occurrences_candidate ON candidate_occurrences(candidate)
 """
 DDL_V3 = DDL_V2 + HISTORY_V3
 
+# Version 4: indexes only. Without ``findings(kernel_id)`` every kernel row deleted (re-mining a
+# changed file cascades to its findings) scanned the whole findings table: 0.24 s per file in a
+# catalog of 5,000 files. ``findings(path)`` serves the per-file queries of match, prompt and show.
+INDEXES_V4 = """
+CREATE INDEX findings_kernel ON findings(kernel_id);
+CREATE INDEX findings_path ON findings(path, line);
+"""
+DDL_V4 = DDL_V3 + INDEXES_V4
+
 
 def write_version(conn: sqlite3.Connection, version: int) -> None:
     conn.execute(f"PRAGMA user_version = {int(version)}")
@@ -210,7 +219,7 @@ def create_version(conn: sqlite3.Connection, ddl: str, version: int) -> None:
 
 
 def create_current(conn: sqlite3.Connection) -> None:
-    create_version(conn, DDL_V3, CURRENT_VERSION)
+    create_version(conn, DDL_V4, CURRENT_VERSION)
 
 
 def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
@@ -246,10 +255,18 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
             conn.execute(stmt)
 
 
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    # Indexes only: the tables and their rows stay as they are.
+    for stmt in INDEXES_V4.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+
+
 # MIGRATIONS[n] takes a version-n database to version n+1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
     2: _migrate_2_to_3,
+    3: _migrate_3_to_4,
 }
 
 

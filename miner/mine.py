@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from skel.catalog.records import StoredFile
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
 from skel.miner.fork_parts import map_parts
@@ -100,6 +101,25 @@ def _detectors():
     return run_detectors
 
 
+def _file_detectors():
+    """``run(profile, text) -> findings`` for the kernels of one file, or None without detectors.
+
+    The library is loaded once a file, not once a kernel: checking that a cached library is still
+    current stats every file of every skeleton folder, which a file of thousands of kernels would
+    otherwise pay thousands of times. A library that fails to load fails each kernel as before.
+    """
+    run = _detectors()
+    if run is None:
+        return None
+    from skel.catalog.library import load_library
+
+    try:
+        library = load_library()
+    except Exception:
+        return run
+    return lambda p, text: run(p, text, library=library)
+
+
 def _frontend(language: str):
     """The language's ``profile_source(text, path) -> profiles``."""
     return _frontend_module(language).profile_source
@@ -131,7 +151,7 @@ def analyze(path: str, text: str, language: str, parts: int = 1
 
 def _analyze(path: str, text: str, language: str, parts: int
              ) -> tuple[list[KernelProfile], list[Finding], str | None]:
-    run = _detectors()
+    run = _file_detectors()
 
     def work(kernels) -> list[tuple[KernelProfile, list[Finding], str | None]]:
         return [(p, *_findings(run, p, text)) for p in source.profiles(kernels)]
@@ -279,6 +299,7 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress, exec
         if progress:
             progress(done, total, o.path)
 
+    unchanged: list[_Prepared] = []
     for cand in cands:
         prep = prepare(cand, max_bytes)
         rec = known.get(cand.path)
@@ -287,7 +308,16 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress, exec
                 cat.forget_source(cand.path)
             finished(prep.outcome)
         elif rec is not None and rec.content_hash == prep.key and not force:
-            finished(_cached(cat, cand.path, rec))
+            unchanged.append(prep)
+        else:
+            todo.append(prep)
+    # Unchanged files are answered from the catalog together: a few queries for all of them, not a
+    # query (or a scan of the findings) per file. One replaced meanwhile by another writer is parsed.
+    stored = cat.stored_files(p.cand.path for p in unchanged)
+    for prep in unchanged:
+        held = stored.get(prep.cand.path)
+        if held is not None and held.source.content_hash == prep.key:
+            finished(_cached(held))
         else:
             todo.append(prep)
     jobs_done = _run_jobs(todo, jobs) if executor is None else _ray_jobs(todo, executor, on_tally)
@@ -320,10 +350,10 @@ def _forget_deleted(cat: Catalog, paths: list[str]) -> None:
             cat.forget_source(rec.path)
 
 
-def _cached(cat: Catalog, path: str, rec: SourceRecord) -> FileOutcome:
-    findings = tuple(cat.findings(path=path)) if rec.error is None or "detectors failed" in rec.error else ()
-    kernels = sum(p.kind == "kernel" for p in cat.profiles(path))
-    return FileOutcome(path, "cached", kernels, findings, rec.error, kernel_file=True)
+def _cached(held: StoredFile) -> FileOutcome:
+    rec = held.source
+    findings = held.findings if rec.error is None or "detectors failed" in rec.error else ()
+    return FileOutcome(rec.path, "cached", held.kernels, findings, rec.error, kernel_file=True)
 
 
 def _run_jobs(todo: list[_Prepared], jobs: int | None):

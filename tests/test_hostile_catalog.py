@@ -23,6 +23,7 @@ import pytest
 import history_repo as hr
 from catalog_files import (candidate_code, copy, damage, history_state, page_count, page_size, quiet, rightmost_child,
                            root_page, sha, table_rows)
+from skel.catalog import schema
 from skel.catalog.damage import CatalogBusy, CatalogDamaged, CatalogError, translate
 from skel.cli import main
 
@@ -218,7 +219,7 @@ def test_repair_salvages_every_row_when_only_structure_was_damaged(base, repo, t
     damage(db, ROLES[role](db))
     damaged = sha(db)
     report = repair_json(db, capsys)
-    assert report["damaged"] and report["usable"] and report["schema_version"] == 3
+    assert report["damaged"] and report["usable"] and report["schema_version"] == schema.CURRENT_VERSION
     backup = Path(report["backup"])
     assert backup.parent == db.parent and backup.name.startswith("catalog.sqlite.damaged-")
     assert sha(backup) == damaged, "the damaged original is kept byte for byte"

@@ -115,14 +115,14 @@ def test_path_resolution(monkeypatch, tmp_path):
 def test_fresh_catalog_is_marked_and_in_wal(tmp_path):
     db = tmp_path / "a" / "b" / "cat.sqlite"
     with open_catalog(db) as cat:
-        assert cat.version == schema.CURRENT_VERSION == 3
+        assert cat.version == schema.CURRENT_VERSION == 4
         assert cat.stats().to_json() == {
-            "path": str(db), "schema_version": 3, "skeletons": 0, "sources": 0, "failed_sources": 0,
+            "path": str(db), "schema_version": 4, "skeletons": 0, "sources": 0, "failed_sources": 0,
             "kernels": 0, "instances": 0, "opportunities": 0, "validation_runs": 0,
         }
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
-    assert dict(conn.execute("SELECT key, value FROM meta")) == {"app": "skel", "schema_version": "3"}
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert dict(conn.execute("SELECT key, value FROM meta")) == {"app": "skel", "schema_version": "4"}
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
     open_catalog(db).close()  # reopening an up-to-date catalog works and changes nothing
@@ -133,7 +133,7 @@ def test_empty_file_is_initialised_but_directory_is_refused(tmp_path):
     empty = tmp_path / "empty.sqlite"
     empty.touch()
     with open_catalog(empty) as cat:
-        assert cat.stats().schema_version == 3
+        assert cat.stats().schema_version == 4
     with pytest.raises(CatalogError, match="not a regular file") as err:
         open_catalog(tmp_path)
     assert str(tmp_path) in str(err.value)
@@ -325,7 +325,7 @@ def test_v1_database_is_migrated_forward(tmp_path):
     build_v1(old)
     assert sqlite3.connect(old).execute("PRAGMA user_version").fetchone()[0] == 1
     with open_catalog(old) as cat:
-        assert cat.version == 3
+        assert cat.version == 4
         assert cat.findings() == [Finding("SK001", "instance", "fla/k.py", 17, 18, "kda_kernel", (("BV", 32),))]
         [r] = cat.validation_runs()
         assert (r.id, r.median, r.ci_low, r.ci_high, r.verdict) == (5, 80.8, None, None, "accepted")
@@ -343,8 +343,8 @@ def test_v1_database_is_migrated_forward(tmp_path):
         cat.record_file(SourceRecord("fla/k.py", "def"), [], [finding("opportunity", path="fla/k.py")])
         assert cat.stats().opportunities == 1 and cat.stats().instances == 0 and cat.stats().kernels == 0
     conn = sqlite3.connect(old)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
-    assert dict(conn.execute("SELECT key, value FROM meta")) == {"app": "skel", "schema_version": "3"}
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert dict(conn.execute("SELECT key, value FROM meta")) == {"app": "skel", "schema_version": "4"}
     conn.close()
     open_catalog(fresh).close()
     assert layout(old) == layout(fresh), "a migrated file has exactly the layout of a fresh one"
@@ -371,7 +371,7 @@ def test_newer_version_is_refused_and_untouched(tmp_path):
     db = tmp_path / "future.sqlite"
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN")
-    schema.create_version(conn, schema.DDL_V3, 4)
+    schema.create_version(conn, schema.DDL_V4, 5)
     conn.execute("COMMIT")
     conn.close()
     digest = sha(db)
