@@ -240,7 +240,7 @@ def _check_pairs(pairs, what: str) -> None:
 
 def _pairs(value) -> tuple:
     """Key/value pairs as a tuple of (key, frozen value); a mapping is accepted and converted."""
-    if isinstance(value, Mapping):
+    if not isinstance(value, (list, tuple)) and isinstance(value, Mapping):  # tuples first: the ABC check is slow
         value = tuple(value.items())
     if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
         return tuple((k, freeze(v)) for k, v in value)

@@ -24,8 +24,26 @@ def source(r: Row) -> SourceRecord:
 
 
 def finding(r: Row) -> Finding:
-    params = tuple((k, freeze(v)) for k, v in json.loads(r["params_json"]).items())
-    return Finding(r["skeleton"], r["kind"], r["path"], r["line"], r["end_line"], r["kernel"], params)
+    return Finding(r["skeleton"], r["kind"], r["path"], r["line"], r["end_line"], r["kernel"], _params(r["params_json"]))
+
+
+_PARAMS: dict[str, tuple] = {}  # params_json -> its frozen pairs, when they are immutable (hashable)
+_PARAMS_MAX = 8192
+
+
+def _params(text: str) -> tuple:
+    """A finding's params, decoded once per distinct text: a catalog holds a few thousand distinct
+    params among its 100k findings, and a warm re-mine reads them all back."""
+    got = _PARAMS.get(text)
+    if got is None:
+        got = tuple((k, freeze(v)) for k, v in json.loads(text).items())
+        try:
+            hash(got)
+        except TypeError:  # holds a dict: each finding gets its own
+            return got
+        if len(_PARAMS) < _PARAMS_MAX:
+            _PARAMS[text] = got
+    return got
 
 
 def run(r: Row) -> ValidationRun:

@@ -81,8 +81,16 @@ def positive_int(text: str) -> int:
 
 
 def emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=_default)
-    sys.stdout.write("\n")
+    # Written in large pieces: json.dump writes each token on its own, and a report of 100k findings
+    # is then millions of writes (3 s of a 7 s warm re-mine of 5,000 files); one string of it all
+    # would hold the whole text, and its pieces, in memory at once.
+    pieces: list[str] = []
+    for piece in json.JSONEncoder(indent=2, default=_default).iterencode(data):
+        pieces.append(piece)
+        if len(pieces) >= 16384:
+            sys.stdout.write("".join(pieces))
+            pieces.clear()
+    sys.stdout.write("".join(pieces) + "\n")
 
 
 def _default(obj: Any):
