@@ -265,21 +265,20 @@ class Catalog(HistoryStore, QueryStore, ExchangeStore):
                 (source.repo, source.path, source.content_hash, source.mtime, source.size,
                  source.mined_at or _now(), source.error),
             ).lastrowid
+            # One statement for all the kernels and one for all the findings (a file may hold thousands)
+            self._conn.executemany(
+                "INSERT INTO kernels(source_id, name, language, line, end_line, profile_json) VALUES (?, ?, ?, ?, ?, ?)",
+                [(source_id, k.name, k.language, k.line, k.end_line,
+                  _dumps(k.to_json(), f"{where}:{k.line}: profile of kernel {k.name}")) for k in kernels])
             kernel_ids: dict[str, list[tuple[int, int, int]]] = {}  # by name: one lookup per finding
-            for k in kernels:
-                kid = self._conn.execute(
-                    "INSERT INTO kernels(source_id, name, language, line, end_line, profile_json) VALUES (?, ?, ?, ?, ?, ?)",
-                    (source_id, k.name, k.language, k.line, k.end_line,
-                     _dumps(k.to_json(), f"{where}:{k.line}: profile of kernel {k.name}")),
-                ).lastrowid
-                kernel_ids.setdefault(k.name, []).append((k.line, k.end_line, kid))
-            for f in findings:
-                self._conn.execute(
-                    "INSERT INTO findings(skeleton, kind, source_id, kernel_id, path, line, end_line, kernel, params_json) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (f.skeleton, f.kind, source_id, _kernel_id(kernel_ids, f), f.path, f.line, f.end_line, f.kernel,
-                     _dumps(dict(f.params), f"{f.path}:{f.line}: params of finding {f.skeleton}")),
-                )
+            for kid, name, line, end_line in self._conn.execute(
+                    "SELECT id, name, line, end_line FROM kernels WHERE source_id = ? ORDER BY id", (source_id,)):
+                kernel_ids.setdefault(name, []).append((line, end_line, kid))
+            self._conn.executemany(
+                "INSERT INTO findings(skeleton, kind, source_id, kernel_id, path, line, end_line, kernel, params_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(f.skeleton, f.kind, source_id, _kernel_id(kernel_ids, f), f.path, f.line, f.end_line, f.kernel,
+                  _params_json(f)) for f in findings])
         return source_id
 
     def forget_source(self, path: str | Path) -> bool:
@@ -396,6 +395,12 @@ def _inspect(conn: sqlite3.Connection, path: Path) -> int:
     if version < 1:
         raise CatalogError(f"{path}: skel catalog with invalid schema version {version}; left untouched")
     return version
+
+
+def _params_json(f: Finding) -> str:
+    if not f.params:  # most findings: no need to encode
+        return "{}"
+    return _dumps(dict(f.params), f"{f.path}:{f.line}: params of finding {f.skeleton}")
 
 
 def _kernel_id(kernel_ids: dict[str, list[tuple[int, int, int]]], f: Finding) -> int | None:

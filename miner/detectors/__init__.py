@@ -65,7 +65,7 @@ def run_detectors(profile: KernelProfile, source_text: str, codes: list[str] | N
     for sk in _library(library):
         if codes is not None and sk.code not in codes:
             continue
-        found = sk.rule().detect(ctx)
+        found = sk.rule().detect(ctx, every_condition=False)  # the conditions themselves are not kept
         out += [_finding(sk.code, "instance", profile, h) for h in found.instances]
         out += [_finding(sk.code, "opportunity", profile, h) for h in found.opportunities]
     out.sort(key=lambda f: (f.line, f.skeleton, f.kind))
