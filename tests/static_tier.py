@@ -48,6 +48,7 @@ STATIC: dict[str, frozenset[str]] = {
     "test_mine.py": frozenset({
         "test_concurrent_miners_share_one_catalog", "test_mines_the_fla_kda_folder",
         "test_parallel_workers_give_the_same_result"}),
+    "test_mine_warm.py": ALL,
     "test_prompt.py": frozenset({
         "test_upstream_kda_names_rsqrt_and_merge_v_tiles_with_their_lines",
         # static, but each builds the KDA brief (every rule's rewrite run on the kernel): 5-15 s a test
