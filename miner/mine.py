@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -101,23 +102,48 @@ def _detectors():
     return run_detectors
 
 
+# The library of the ``mine()`` run in progress (None outside one): loaded once by the run, before its
+# workers fork, so that they inherit it instead of checking it again for every file.
+_run_library = None
+
+
 def _file_detectors():
     """``run(profile, text) -> findings`` for the kernels of one file, or None without detectors.
 
-    The library is loaded once a file, not once a kernel: checking that a cached library is still
-    current stats every file of every skeleton folder, which a file of thousands of kernels would
-    otherwise pay thousands of times. A library that fails to load fails each kernel as before.
+    The library is loaded once a file (once a run inside ``mine()``), not once a kernel: checking
+    that a cached library is still current stats every file of every skeleton folder, which a file
+    of thousands of kernels would otherwise pay thousands of times. A library that fails to load
+    fails each kernel as before.
     """
     run = _detectors()
     if run is None:
         return None
+    library = _run_library or _load_library()
+    if library is None:
+        return run
+    return lambda p, text: run(p, text, library=library)
+
+
+def _load_library():
+    """The shipped library, or None when it does not load (the detectors then report why, per kernel)."""
     from skel.catalog.library import load_library
 
     try:
-        library = load_library()
+        return load_library()
     except Exception:
-        return run
-    return lambda p, text: run(p, text, library=library)
+        return None
+
+
+@contextmanager
+def _one_library():
+    """The library loaded once for a whole ``mine()`` run (its pool workers fork inside)."""
+    global _run_library
+    outer = _run_library
+    _run_library = outer or (_load_library() if _detectors() is not None else None)
+    try:
+        yield
+    finally:
+        _run_library = outer
 
 
 def _frontend(language: str):
@@ -320,6 +346,14 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress, exec
             finished(_cached(held))
         else:
             todo.append(prep)
+    if todo:
+        with _one_library():  # only when something is parsed: a warm run never loads the library
+            _record(cat, todo, jobs, executor, on_tally, finished)
+    return [outcomes[c.path] for c in cands]
+
+
+def _record(cat: Catalog, todo: list[_Prepared], jobs, executor, on_tally, finished) -> None:
+    """Analyse the files of ``todo`` (local pool or Ray) and record each in the catalog as it finishes."""
     jobs_done = _run_jobs(todo, jobs) if executor is None else _ray_jobs(todo, executor, on_tally)
     for prep, (profiles, findings, error) in jobs_done:
         c = prep.cand
@@ -336,7 +370,6 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress, exec
                                          error=error))
         finished(FileOutcome(c.path, "parsed" if not (error and not profiles) else "error",
                              sum(p.kind == "kernel" for p in profiles), tuple(findings), error, kernel_file=True))
-    return [outcomes[c.path] for c in cands]
 
 
 def _forget_deleted(cat: Catalog, paths: list[str]) -> None:
