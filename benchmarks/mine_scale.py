@@ -41,19 +41,30 @@ REPO = HERE.parent
 _SUMMARY = re.compile(r"\((\d+) parsed, (\d+) unchanged\)")
 
 
-def run_mine(python: str, target: Path, catalog: Path) -> tuple[float, int, int]:
-    """(wall seconds, files parsed, files unchanged) of one ``skel mine`` in a new process."""
+CPU: dict[str, list[float]] = {}  # figure/label -> CPU seconds of each run (user + system, with its workers)
+
+
+def run_mine(python: str, target: Path, catalog: Path, cpu_key: str = "") -> tuple[float, int, int]:
+    """(wall seconds, files parsed, files unchanged) of one ``skel mine`` in a new process; its CPU
+    seconds (the process and the workers it waited for) are kept under ``CPU[cpu_key]``."""
     cmd = [python, "-m", "skel", "mine", str(target), "--json", "--no-progress", "--catalog", str(catalog),
            "--max-bytes", "50000000"]
+    err = catalog.parent / "stderr.txt"
     t0 = time.perf_counter()
     # run from the catalog's folder: from a checkout, `-m skel` would import that checkout's skel/
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=catalog.parent)
+    with open(err, "w") as fe:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, cwd=catalog.parent)
+        _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    stderr = err.read_text()
     if proc.returncode not in (0, 1):
-        raise SystemExit(f"{python} -m skel mine {target} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    m = _SUMMARY.search(proc.stderr)
+        raise SystemExit(f"{python} -m skel mine {target} failed ({proc.returncode}): {stderr[-2000:]}")
+    m = _SUMMARY.search(stderr)
     if not m:
-        raise SystemExit(f"no summary line from {python} -m skel mine {target}: {proc.stderr[-2000:]}")
+        raise SystemExit(f"no summary line from {python} -m skel mine {target}: {stderr[-2000:]}")
+    if cpu_key:
+        CPU.setdefault(cpu_key, []).append(usage.ru_utime + usage.ru_stime)
     return wall, int(m.group(1)), int(m.group(2))
 
 
@@ -67,7 +78,7 @@ def bench_cold(pythons: dict[str, str], target: Path, repeat: int, tmp: Path) ->
     times: dict[str, list[float]] = {label: [] for label in pythons}
     for _ in range(repeat):
         for label, py in pythons.items():
-            times[label].append(run_mine(py, target, fresh(tmp, f"cold-{label}.sqlite"))[0])
+            times[label].append(run_mine(py, target, fresh(tmp, f"cold-{label}.sqlite"), f"{target.name}/{label}")[0])
     return times
 
 
@@ -77,8 +88,8 @@ def bench_cold_warm(pythons: dict[str, str], target: Path, repeat: int, tmp: Pat
     for _ in range(repeat):
         for label, py in pythons.items():
             cat = fresh(tmp, f"cw-{label}.sqlite")
-            cold[label].append(run_mine(py, target, cat)[0])
-            wall, parsed, _ = run_mine(py, target, cat)
+            cold[label].append(run_mine(py, target, cat, f"cold/{label}")[0])
+            wall, parsed, _ = run_mine(py, target, cat, f"warm/{label}")
             if parsed:
                 raise SystemExit(f"{label}: the warm run parsed {parsed} files (is someone editing the miner?)")
             warm[label].append(wall)
@@ -105,22 +116,27 @@ def bench_many_warm(pythons: dict[str, str], n: int, repeat: int, tmp: Path) -> 
     warm: dict[str, list[float]] = {label: [] for label in pythons}
     cats = {label: fresh(tmp, f"many-{label}.sqlite") for label in pythons}
     for label, py in pythons.items():
-        wall, parsed, _ = run_mine(py, root, cats[label])
+        wall, parsed, _ = run_mine(py, root, cats[label], f"many-cold/{label}")
         cold[label] = [wall]
         if parsed != n:
             raise SystemExit(f"{label}: the cold run parsed {parsed} of {n} files")
     for _ in range(repeat):
         for label, py in pythons.items():
-            wall, parsed, unchanged = run_mine(py, root, cats[label])
+            wall, parsed, unchanged = run_mine(py, root, cats[label], f"many-warm/{label}")
             if parsed or unchanged != n:
                 raise SystemExit(f"{label}: the warm run parsed {parsed} files, {unchanged} unchanged of {n}")
             warm[label].append(wall)
     return cold, warm
 
 
-def rows(figure: str, times: dict[str, list[float]], target: str) -> list[str]:
-    return [f"| {figure} | {label} | {min(ts):.2f} | {statistics.median(ts):.2f} | "
-            f"{', '.join(f'{t:.2f}' for t in ts)} | {target} |" for label, ts in times.items()]
+def rows(figure: str, times: dict[str, list[float]], target: str, cpu: str) -> list[str]:
+    out = []
+    for label, ts in times.items():
+        cs = CPU.get(f"{cpu}/{label}", [])
+        out.append(f"| {figure} | {label} | {min(ts):.2f} | {statistics.median(ts):.2f} | "
+                   f"{', '.join(f'{t:.2f}' for t in ts)} | "
+                   f"{f'{min(cs):.2f} / {statistics.median(cs):.2f}' if cs else ''} | {target} |")
+    return out
 
 
 def describe(pythons: dict[str, str], tmp: Path) -> list[str]:
@@ -147,24 +163,27 @@ def main() -> None:
     pythons = dict(p.split("=", 1) for p in args.python) or {"this": sys.executable}
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     started = datetime.now(timezone.utc)
-    table = ["| figure | code | best (s) | median (s) | all runs (s) | target |", "|---|---|---|---|---|---|"]
+    table = ["| figure | code | best (s) | median (s) | all runs (s) | CPU best / median (s) | target |",
+             "|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory(prefix="skel-mine-scale-") as name:
         tmp = Path(name)
         who = describe(pythons, tmp)
         bundle = tmp / f"bundle{args.kernels}.py"
         bundle.write_text(mine_speed.triton_bundle(args.kernels))
         table += rows(f"{args.kernels} Triton kernels, one file, cold", bench_cold(pythons, bundle, args.repeat, tmp),
-                      "<= 3 s" if args.kernels == 3200 else "")
+                      "<= 3 s" if args.kernels == 3200 else "", bundle.name)
         cuda = tmp / f"bundle{args.cuda_kernels}.cu"
         cuda.write_text(mine_speed.cuda_bundle(args.cuda_kernels))
-        table += rows(f"{args.cuda_kernels} CUDA kernels, one file, cold", bench_cold(pythons, cuda, args.repeat, tmp), "")
+        table += rows(f"{args.cuda_kernels} CUDA kernels, one file, cold", bench_cold(pythons, cuda, args.repeat, tmp), "",
+                      cuda.name)
         if not args.no_fla:
             cold, warm = bench_cold_warm(pythons, mine_speed.fetch(*mine_speed.FLA) / "fla", args.repeat, tmp)
-            table += rows("fla-core 0.6.0, cold", cold, "<= 5 s") + rows("fla-core 0.6.0, warm", warm, "<= 0.5 s")
+            table += rows("fla-core 0.6.0, cold", cold, "<= 5 s", "cold") + rows("fla-core 0.6.0, warm", warm, "<= 0.5 s",
+                                                                                 "warm")
         if args.files:
             cold, warm = bench_many_warm(pythons, args.files, max(3, args.repeat // 2 + 1), tmp)
-            table += rows(f"{args.files} kernel files, cold (once)", cold, "")
-            table += rows(f"{args.files} unchanged kernel files, warm", warm, "<= 5 s")
+            table += rows(f"{args.files} kernel files, cold (once)", cold, "", "many-cold")
+            table += rows(f"{args.files} unchanged kernel files, warm", warm, "<= 5 s", "many-warm")
     text = "\n".join([
         "# Mining speed at scale (issues 18 and 21)", "",
         f"- date: {started.isoformat(timespec='seconds')}",
@@ -173,7 +192,8 @@ def main() -> None:
         f"- load average at start: {load}; at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
         + " (a shared machine: other work inflates times; the interpreters' runs are interleaved)",
         "- command: `python benchmarks/mine_scale.py " + " ".join(sys.argv[1:]) + "`",
-        "- timing: wall clock of `PYTHON -m skel mine TARGET --json --no-progress --catalog FRESH` in a new process",
+        "- timing: wall clock of `PYTHON -m skel mine TARGET --json --no-progress --catalog FRESH` in a new process;"
+        " CPU: its user + system seconds with the workers it waited for (wait4), less sensitive to the machine's load",
         *who, "", *table, "",
     ])
     print(text)
