@@ -26,7 +26,7 @@ def main() -> int:
 
     from skel.catalog.library import load_library
     from skel.errors import UsageError
-    from skel.rewriter.apply import ApplyOptions, apply
+    from skel.pipeline.apply import ApplyOptions, apply
 
     files = sorted(p for root in a.roots for p in (root.rglob("*.py") if root.is_dir() else [root])
                    if "@triton.jit" in p.read_text(encoding="utf-8", errors="replace"))

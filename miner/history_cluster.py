@@ -5,7 +5,7 @@ commits count distinct occurrences (commits weigh more: one sweeping commit that
 kernels the same way is one decision, not 200) and perf_commits the commits whose message
 speaks of speed
 (speed, faster, perf, optimize, latency, a percentage, "1.3x"). Gate verdicts lower it at
-read time (numerics failures, slower-only trials) and decide admission: skel.rewriter.preview.
+read time (numerics failures, slower-only trials) and decide admission: skel.pipeline.preview.
 """
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class KernelEdit:
     local_names: tuple[str, ...]  # names bound in the function (they become name holes)
     edits: tuple[Edit, ...]
     # sha256 of the two file versions (text) diffed: a kernel the candidate was distilled from,
-    # so gate evidence on it is not held-out (see skel.rewriter.preview).
+    # so gate evidence on it is not held-out (see skel.pipeline.preview).
     sources: tuple[str, ...] = ()
 
 

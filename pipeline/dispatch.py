@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
-from skel.rewriter.targets import dispatch_dims
+from skel.pipeline.targets import dispatch_dims
 from skel.validate.spec import Shape
 
 
