@@ -24,7 +24,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
 
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
     from skel.errors import UsageError
     from skel.pipeline.apply import ApplyOptions, apply
 

@@ -15,7 +15,7 @@ import math
 import re
 from collections import defaultdict
 
-from skel.catalog.library import Condition
+from skel.catalog.records import Condition
 from skel.miner.history_patterns import (
     _HOLE, MAX_EDITS, MIN_SUPPORT, PERF_RE, VARIANT_MIN_SUPPORT, VARIANT_PREFIX, REDUCTIONS, Hole, MinedEdit, Occurrence, Pattern, PatternEdit,
     _Compound, compound, compound_key, meaningful, numbered,

@@ -14,7 +14,7 @@ import bisect
 import re
 from typing import Any, Mapping
 
-from skel.miner.profile import LaunchSite, Param
+from skel.catalog.records import LaunchSite, Param
 from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text, kwarg
 from skel.miner.triton_scan import LaunchScopes
 from skel.miner.triton_scope import Scope

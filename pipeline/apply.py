@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from skel.catalog.library import Library
+from skel.skeletons.library import Library
 from skel.errors import UsageError
 from skel.miner.sourcefile import SourceText, read_source, read_written, write_source
 from skel.rewriter.base import RewriteOptions
@@ -678,7 +678,7 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
     """Every candidate's per-shape verdict becomes evidence for its skeletons; so does every run-off, as the
     challenger's skeletons timed against the leader (metric "head-to-head speedup", verdicts "head-to-head ...",
     which the prompt's win and loss counts leave out: they compare two rewrites, not a rewrite and the original)."""
-    from skel.catalog.prompt import HEAD_TO_HEAD
+    from skel.pipeline.prompt import HEAD_TO_HEAD
     from skel.catalog.store import ValidationRun, open_catalog
 
     source_hash = hashlib.sha256(source.encode()).hexdigest()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from skel.catalog.library import default_root, load_library
+from skel.skeletons.library import default_root, load_library
 from skel.rewriter.base import RewriteOptions
 
 ROOT = Path(__file__).resolve().parents[1]

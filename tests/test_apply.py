@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.cli import main
 from skel.errors import UsageError
 from skel.pipeline.apply import ApplyOptions, CandidateOutcome, _write_output
@@ -246,7 +246,7 @@ def test_close_qualifiers_meet_head_to_head():
 def test_run_offs_are_recorded_as_evidence(tmp_path):
     """A run-off is a verdict too: stored for the challenger's skeletons, against the leader, under a metric
     and verdicts of its own that the prompt does not count as wins or losses over the original."""
-    from skel.catalog.prompt import LOSS_VERDICTS, WIN_VERDICTS, _measurements
+    from skel.pipeline.prompt import LOSS_VERDICTS, WIN_VERDICTS, _measurements
     from skel.catalog.store import open_catalog
     from skel.pipeline.apply import ApplyResult, _record
 
@@ -271,7 +271,7 @@ def test_run_offs_are_recorded_as_evidence(tmp_path):
 
 def test_dispatch_file_passes_the_gate(tmp_path):
     """Two variants behind a dispatch on T: the emitted file is judged like any candidate."""
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
     from skel.rewriter.base import RewriteOptions
     from skel.pipeline.candidates import enumerate_candidates
     from skel.validate.gate import validate

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.cli import main
 from skel.miner.match import match_file
 

@@ -11,7 +11,7 @@ import pytest
 
 import history_repo as hr
 import skel.kernels
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.catalog.store import ValidationRun, open_catalog
 from skel.cli import main
 from skel.miner.history import mine_history, text_hash

@@ -94,7 +94,7 @@ def test_opportunity_iff_rewrite_produces_a_candidate(table):
 
 
 def test_every_rule_without_a_rewrite_says_so():
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
 
     for sk in load_library():
         if sk.rule.rewrite is None:

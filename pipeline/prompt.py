@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from skel.catalog.library import CONSTRAINT_KEYS, Library, Skeleton
+from skel.skeletons.library import CONSTRAINT_KEYS, Library, Skeleton
 from skel.errors import UsageError
 
 WIN_VERDICTS = ("faster", "accepted", "win")
@@ -218,7 +218,7 @@ def match_skeletons(library: Library, profiles: list, text: str) -> dict[str, tu
     gets one failing pseudo-condition ``detector`` naming the problem, so it shows up as not
     applicable with the reason instead of breaking the brief.
     """
-    from skel.miner.detectors import evaluate
+    from skel.miner.detect import evaluate
     from skel.miner.detectors.base import Ctx
 
     ctxs = [Ctx(p, text) for p in profiles]  # shared lookups across skeletons, one per kernel
