@@ -20,6 +20,8 @@ from skel.miner.triton_scan import LaunchScopes
 from skel.miner.triton_scope import Scope
 
 # ------------------------------------------------------------------- launches
+# A tile-size constexpr (BV, BLOCK_K, BLOCK_SIZE_N, TILE_M): what a grid built as cdiv(D, TILE) is split by.
+TILE_NAME = re.compile(r"^(B[A-Z]{1,2}|BLOCK(_[A-Z0-9]+)*|BLOCK_SIZE(_[A-Z0-9]+)*|TILE(_[A-Z0-9]+)*)$")
 _SUBSCRIPTED = re.compile(r"\b(\w+)\s*\[")
 
 
@@ -129,6 +131,9 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
             args.append((kw.arg, kw.value))
     constexpr = {p.name for p in params if p.constexpr}
     values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
+    grid_names = _grid_names(grid_expr, scope)
+    tiles = tuple(n for n, a in args if n in constexpr and TILE_NAME.match(n) and isinstance(a, ast.Name)
+                  and a.id in grid_names)
     nw, ns = kwarg(call, "num_warps"), kwarg(call, "num_stages")
     return LaunchSite(
         line=call.lineno,
@@ -138,7 +143,24 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         constexpr_values=values,
         num_warps=None if nw is None else _value(nw, scope, src),
         num_stages=None if ns is None else _value(ns, scope, src),
+        grid_tiles=tiles,
     )
+
+
+def _grid_names(grid: ast.AST, scope: Scope, limit: int = 256) -> set[str]:
+    """The names ``grid`` is computed from, following the host's assignments (``NV = cdiv(V, BV)``,
+    ``NK, NV = cdiv(K, BK), cdiv(V, BV)``) back to parameters and literals."""
+    out: set[str] = set()
+    todo = [n.id for n in ast.walk(grid) if isinstance(n, ast.Name)]
+    while todo and len(out) < limit:
+        name = todo.pop()
+        if name in out:
+            continue
+        out.add(name)
+        node = scope.nodes.get(name)
+        if node is not None and not isinstance(node, ast.FunctionDef):
+            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return out
 
 
 def _follow_grid(node: ast.AST, scope: Scope) -> ast.AST:

@@ -9,8 +9,10 @@ DESCRIPTION: at each ``kernel[grid](...)`` launch of a ``@triton.jit`` kernel of
 Pruning: a tile stays a power of two no larger than next_pow2 of the dimension it tiles (from
 ``options.shape``); the fp32 tile a program holds in registers (product of the launch's tile
 sizes) spread over ``32 * num_warps`` threads must stay within ``max_elems_per_thread``
-(default 128, ``options.extra``) and give every thread at least 4 elements; the baseline itself
-is not a variant. Variants are ranked by closeness of elements-per-thread to 32 (what the
+(default 128, ``options.extra``) and give every thread at least 4 elements (a bound applied only
+when every tile's value is known at ``options.shape``: ``BD = next_power_of_2(D)`` with D unknown
+leaves the tile's size unknown, and a partial product would prune by a wrong size); the baseline
+itself is not a variant. Variants are ranked by closeness of elements-per-thread to 32 (what the
 measured winners use), then by how few knobs change; ``num_stages`` variants come after every
 tile/warp variant (a decode loop's pipelining matters least); at most ``options.max_variants``.
 
@@ -28,6 +30,7 @@ import re
 
 import libcst as cst
 
+from skel.miner.triton_launch import TILE_NAME
 from skel.rewriter import cst as C
 from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions
@@ -35,7 +38,6 @@ from skel.rewriter.base import Change, Rewrite, RewriteOptions
 CODE = "SK005"
 SAFETY = "unsafe"
 MARKER = "skel SK005"
-TILE_NAME = re.compile(r"^(B[A-Z]{1,2}|BLOCK(_[A-Z0-9]+)*|BLOCK_SIZE(_[A-Z0-9]+)*|TILE(_[A-Z0-9]+)*)$")
 TILES = (8, 16, 32, 64, 128)
 WARPS = (1, 2, 4, 8)
 STAGES = (1, 2, 3)
@@ -75,25 +77,47 @@ def _eval(node: cst.BaseExpression, env: dict[str, int]) -> int | None:
     return None
 
 
+def _unpacked(assign: cst.Assign) -> dict[str, cst.BaseExpression]:
+    """``NK, NV = cdiv(K, BK), cdiv(V, BV)``: each target name -> its element (the whole value when the
+    two sides do not pair up: ``B, T, H = k.shape``)."""
+    out: dict[str, cst.BaseExpression] = {}
+    for target in assign.targets:
+        tgt = target.target
+        if not isinstance(tgt, (cst.Tuple, cst.List)):
+            continue
+        names = [e.value for e in tgt.elements]
+        value = assign.value
+        pairs = (isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(names)
+                 and not any(isinstance(e, cst.StarredElement) for e in [*tgt.elements, *value.elements]))
+        for i, n in enumerate(names):
+            if isinstance(n, cst.Name):
+                out[n.value] = value.elements[i].value if pairs else value
+    return out
+
+
 class Launch:
     """One ``kernel[grid](...)`` launch and what the search may change there."""
 
     def __init__(self, call: cst.Call, kernel: cst.FunctionDef, host: cst.FunctionDef, shape: dict[str, int]):
         self.call, self.kernel, self.host = call, kernel, host
         self.assigns: dict[str, cst.Assign] = {}
+        self.sources: dict[str, cst.BaseExpression] = {}  # name -> what it is computed from (tuple targets too)
         env = dict(shape)
         for small, *_ in F.walk(host.body.body):
             name = F.single_target(small)
             if name and isinstance(small, cst.Assign):
                 self.assigns[name] = small  # the last one wins, as at the launch
+                self.sources[name] = small.value
                 value = _eval(small.value, env)
                 if name not in shape and value is not None:
                     env[name] = value
+            elif isinstance(small, cst.Assign):
+                self.sources.update(_unpacked(small))
         self.env = env
         grid = call.func.slice[0].slice.value if isinstance(call.func, cst.Subscript) else None
         self.grid_names = self._closure(C.names_in(grid) if grid is not None else set())
         self.dims = {}  # tile name -> the dimension it tiles (from cdiv(D, TILE) calls)
-        for node in [grid, *(a.value for a in self.assigns.values())]:
+        for node in [grid, *self.sources.values()]:
             for c in C.calls_in(node) if node is not None else ():
                 if C.last_part(C.call_name(c)) == "cdiv" and len(c.args) == 2:
                     d, t = c.args[0].value, c.args[1].value
@@ -106,16 +130,25 @@ class Launch:
             n = todo.pop()
             if n not in out:
                 out.add(n)
-                if n in self.assigns:
-                    todo.extend(C.names_in(self.assigns[n].value))
+                if n in self.sources:
+                    todo.extend(C.names_in(self.sources[n]))
         return out
 
     def grid_tiles(self) -> set[str]:
-        """Tile constexprs the grid is built from: programs differing only in that tile are siblings."""
+        """Tile constexprs the grid is built from (passed at the launch, by keyword or position, as a
+        name the grid is computed from): programs differing only in that tile are siblings. The same
+        definition as the miner's ``LaunchSite.grid_tiles``."""
         constexprs = C.constexpr_params(self.kernel)
-        return {a.keyword.value for a in self.call.args
-                if a.keyword and a.keyword.value in constexprs and TILE_NAME.match(a.keyword.value)
-                and isinstance(a.value, cst.Name) and a.value.value in self.grid_names}
+        params = [p.name.value for p in self.kernel.params.params]
+        out = set()
+        for i, a in enumerate(self.call.args):
+            if a.star:
+                break
+            name = a.keyword.value if a.keyword else (params[i] if i < len(params) else None)
+            if (name in constexprs and TILE_NAME.match(name) and isinstance(a.value, cst.Name)
+                    and a.value.value in self.grid_names):
+                out.add(name)
+        return out
 
     def tiles(self) -> tuple[dict[str, int | None], dict[str, cst.Assign], list[str]]:
         """(every tile constexpr at the launch -> value, varied tiles -> their host assignment, notes)."""
@@ -195,6 +228,9 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
 def _variants(src: C.Source, launch: Launch, stmt: cst.CSTNode, budget: int, cap: int,
               reasons: list[str]) -> list[Rewrite]:
     values, varied, notes = launch.tiles()
+    unknown = sorted(n for n, v in values.items() if v is None)
+    if unknown:
+        notes = [*notes, f"{', '.join(unknown)} unknown at this shape: the per-thread bound is not applied"]
     warps0 = _eval(C.kwarg(launch.call, "num_warps").value, launch.env) if C.kwarg(launch.call, "num_warps") else 4
     stages_arg = C.kwarg(launch.call, "num_stages")
     stages0 = _eval(stages_arg.value, launch.env) if stages_arg else None
@@ -213,8 +249,9 @@ def _variants(src: C.Source, launch: Launch, stmt: cst.CSTNode, budget: int, cap
         if all(cfg[k] == base.get(k) for k in cfg):
             continue
         tile = {**values, **{k: v for k, v in cfg.items() if k in varied}}
-        known = [v for v in tile.values() if v is not None]
-        per_thread = math.prod(known) / (32 * cfg["num_warps"]) if known else None
+        # a tile whose value is unknown at this shape leaves the per-thread size unknown: no bound prunes
+        per_thread = (math.prod(tile.values()) / (32 * cfg["num_warps"])
+                      if tile and None not in tile.values() else None)
         if per_thread is not None and not (4 <= per_thread <= budget):
             continue
         moved = sum(cfg[k] != base.get(k) for k in cfg)

@@ -49,6 +49,17 @@ def decode_hinted(q, v, o, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         p_o += H * V
 
 
+def decode(q, v, o, w, T, H, K, V, hinted=False):
+    # the launch says which programs are siblings: the BV tiles of one (sequence, head)
+    BV = 32
+    N = q.shape[0]
+    grid = (triton.cdiv(V, BV), N * H)
+    if hinted:
+        decode_hinted[grid](q, v, o, T, H=H, K=K, V=V, BV=BV)
+    else:
+        decode_v_tiles[grid](q, v, o, w, T, H=H, K=K, V=V, BV=BV)
+
+
 @triton.jit
 def elementwise_no_loop(x, y, n, BLOCK: tl.constexpr):
     # near-miss: every address depends on the only program id and nothing loops
