@@ -266,6 +266,14 @@ class KernelProfile:
         return cls(**d)
 
 
+def reported(profiles):
+    """The profiles a file's opportunities are reported for: its kernels, or its ``@triton.jit`` helpers
+    when it has no kernel (a library of device functions). One definition for ``skel match``, the agent
+    prompt and a rule's gated rewrite, so what is reported is what the rewrite runs on."""
+    profiles = list(profiles)
+    return [p for p in profiles if p.kind == "kernel"] or profiles
+
+
 _ROW_FIELDS = frozenset({"params", "program_axes", "loops", "memops", "reductions", "dots", "math", "launches",
                          "shared"})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from skel.catalog.records import reported
 from skel.errors import UsageError
 from skel.miner.sourcefile import read_source
 from skel.miner.walk import language_of
@@ -99,7 +100,7 @@ def profile_target(path: str, text: str, language: str) -> list:
         raise UsageError(f"{path}: too deeply nested for the parser (RecursionError)") from None
     except Exception as exc:  # a frontend bug: name the file, as skel mine does, rather than a traceback
         raise UsageError(f"{path}: {language} frontend failed: {type(exc).__name__}: {exc}") from None
-    return [p for p in profiles if p.kind == "kernel"]
+    return reported(profiles)
 
 
 def match_file(path: str, skeleton: str | None = None, library=None, max_bytes: int | None = None) -> MatchReport:

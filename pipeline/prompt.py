@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from skel.skeletons.library import CONSTRAINT_KEYS, Library, Skeleton
+from skel.catalog.records import reported
 from skel.errors import UsageError
 
 WIN_VERDICTS = ("faster", "accepted", "win")
@@ -316,7 +317,7 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
     language, text, profiles = profile_target(target)
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     # Kernels only, as `skel match` does: a jit device function has no grid or launch of its own.
-    matches = match_skeletons(library, [p for p in profiles if p.kind == "kernel"] or profiles, text)
+    matches = match_skeletons(library, reported(profiles), text)
     evidence, measurements = _catalog_facts(catalog, list(matches), sha, [p.name for p in profiles])
     applicable, not_applicable = [], []
     for code, per_kernel in matches.items():
