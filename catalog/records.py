@@ -163,9 +163,10 @@ class LaunchSite:
     block: str | None = None
     shared_mem: str | None = None
     stream: str | None = None
-    # Tile constexprs the grid is built from: passed at the launch as a name the grid is computed from
-    # (``grid = (cdiv(V, BV) * N * HV,)`` with ``BV=BV``), so programs differing only in that tile are
-    # siblings that read each other's shared data (Triton frontend).
+    # Tile constexprs the grid is built from: passed at the launch by keyword as a name the grid is computed
+    # from (``grid = (cdiv(V, BV) * N * HV,)`` with ``BV=BV``) or read by a grid lambda (``META["BV"]``, passed
+    # or set by the kernel's heuristics or autotune), so programs differing only in that tile are siblings
+    # that read each other's shared data (Triton frontend).
     grid_tiles: tuple[str, ...] = ()
 
 

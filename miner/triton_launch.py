@@ -131,9 +131,10 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
             args.append((kw.arg, kw.value))
     constexpr = {p.name for p in params if p.constexpr}
     values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
-    grid_names = _grid_names(grid_expr, scope)
-    tiles = tuple(n for n, a in args if n in constexpr and TILE_NAME.match(n) and isinstance(a, ast.Name)
-                  and a.id in grid_names)
+    grid_names, meta_keys = _grid_reads(grid_node, scope)
+    passed = {kw.arg: kw.value for kw in call.keywords if kw.arg in constexpr and TILE_NAME.match(kw.arg)}
+    tiles = tuple(sorted({n for n, a in passed.items() if n in meta_keys or (isinstance(a, ast.Name) and a.id in grid_names)}
+                         | {k for k in meta_keys if k in constexpr and TILE_NAME.match(k) and k not in passed}))
     nw, ns = kwarg(call, "num_warps"), kwarg(call, "num_stages")
     return LaunchSite(
         line=call.lineno,
@@ -147,20 +148,30 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
     )
 
 
-def _grid_names(grid: ast.AST, scope: Scope, limit: int = 256) -> set[str]:
-    """The names ``grid`` is computed from, following the host's assignments (``NV = cdiv(V, BV)``,
-    ``NK, NV = cdiv(K, BK), cdiv(V, BV)``) back to parameters and literals."""
+def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str], set[str]]:
+    """(the host names the grid is computed from, following the host's assignments (``NV = cdiv(V, BV)``,
+    ``NK, NV = cdiv(K, BK), cdiv(V, BV)``); the meta-parameters a grid lambda or function reads,
+    ``META["BV"]``)."""
+    seen, meta = 0, None
+    while isinstance(node, ast.Name) and node.id in scope.nodes and seen < 4:
+        node = scope.nodes[node.id]
+        seen += 1
+    if isinstance(node, (ast.Lambda, ast.FunctionDef)):
+        meta = node.args.args[0].arg if node.args.args else None
+        node = _follow_grid(node, scope)
+    keys = {s.slice.value for s in ast.walk(node) if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name)
+            and s.value.id == meta and isinstance(s.slice, ast.Constant) and isinstance(s.slice.value, str)}
     out: set[str] = set()
-    todo = [n.id for n in ast.walk(grid) if isinstance(n, ast.Name)]
+    todo = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != meta]
     while todo and len(out) < limit:
         name = todo.pop()
         if name in out:
             continue
         out.add(name)
-        node = scope.nodes.get(name)
-        if node is not None and not isinstance(node, ast.FunctionDef):
-            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
-    return out
+        value = scope.nodes.get(name)
+        if value is not None and not isinstance(value, ast.FunctionDef):
+            todo += [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
+    return out, keys
 
 
 def _follow_grid(node: ast.AST, scope: Scope) -> ast.AST:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (layer, import names it covers), bottom first.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("skel.errors", "skel.procs", "skel.executor")),
+    ("base", ("skel.errors", "skel.procs", "skel.executor", "skel.device")),
     ("catalog", ("skel.catalog",)),
     ("miner", ("skel.miner",)),
     ("rewriter", ("skel.rewriter",)),

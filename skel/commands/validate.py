@@ -36,7 +36,8 @@ def register(subparsers) -> None:
                         " default ci on CPU, decode on a GPU")
     p.add_argument("--seeds", metavar="S,S", help="input seeds per shape (default: 0 and a fresh random seed)")
     p.add_argument("--dtype", help="input dtype (default: the spec's first)")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--device", metavar="cpu|cuda|cuda:N",
+                   help="default: cuda when available; cuda:N judges on GPU N (the only one its workers see)")
     p.add_argument("--spec", metavar="FAMILY|SPEC.py", help="spec for a kernel file outside kernels/")
     p.add_argument("--entry", help="launcher name when it differs from the spec's")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
@@ -50,6 +51,7 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
+    from skel.device import select_device
     from skel.validate.gate import GateInputError, validate
 
     shapes = args.shapes
@@ -61,7 +63,7 @@ def handler(args) -> int:
         raise UsageError(f"--seeds {args.seeds!r}: expected comma-separated integers") from None
     try:
         result = validate(
-            args.target, args.candidate, shapes=shapes, seeds=seeds, device=args.device, dtype=args.dtype,
+            args.target, args.candidate, shapes=shapes, seeds=seeds, device=select_device(args.device), dtype=args.dtype,
             time_limit=args.time_limit, bench=False if args.no_bench else None, require=args.require,
             spec=args.spec, entry=args.entry, fail_fast=not args.all_shapes,
         )
@@ -100,13 +102,20 @@ def render(result) -> str:
             p = v.perf
             perf = (f"{p.baseline.median_us:.1f} -> {p.candidate.median_us:.1f} us, x{p.speedup:.3f}"
                     f" [{p.speedup_low:.3f}, {p.speedup_high:.3f}] {p.verdict}, roofline"
-                    f" {p.baseline_roofline_pct:.0f}% -> {p.candidate_roofline_pct:.0f}%")
+                    f" {p.baseline_roofline_pct:.0f}% -> {p.candidate_roofline_pct:.0f}%"
+                    + (f", layout ceiling {p.baseline_ceiling_pct:.0f}% -> {p.candidate_ceiling_pct:.0f}%"
+                       if p.baseline_ceiling_pct else "")
+                    + (f", x{p.baseline_floor_x:.2f} -> x{p.candidate_floor_x:.2f} of floor ({p.floor_us:.2f} us)"
+                       if p.floor_us else ""))
         else:
             perf = v.perf_note
         lines.append(f"  {v.shape:<32} {status} rel-RMS {errs}  | {perf}")
     if result.machine is not None and getattr(result.machine, "name", ""):
         m = result.machine
         lines.append(f"  device: {m.name} (driver {m.driver or '?'}; {m.versions}), copy {m.copy_bps / 1e12:.2f} TB/s")
+        regime = next((v.perf.regime for v in result.shapes if v.perf is not None and v.perf.regime), "")
+        if regime:
+            lines.append(f"  regime: {regime}; floor = best in-place copy of the same bytes, timed the same way")
     second = [n for n in result.notes if n.startswith("second oracle: ")]
     if result.oracle == "original":
         lines.append("  oracle: the original kernel (no reference): each output's accepted error calibrated per case"

@@ -4,7 +4,8 @@ Conditions (detector):
 Opportunity: a load or store inside a loop whose address moves every iteration (a stream:
 each element touched once by this program) and that carries no eviction policy or cache
 modifier, in a Triton kernel launched in the file with a grid built from a tile size (which
-programs are siblings is known only from the launch; the rewrite needs it). Instance: a memory op with an explicit eviction policy (``evict_first`` /
+programs are siblings is known only from the launch; the rewrite needs it). Instance: a
+memory op with an explicit eviction policy (``evict_first`` /
 ``evict_last``) or a streaming cache modifier (``.cs``, ``__ldcs``, ``__stcs``...).
 A load outside any loop, or one that reads the same address every step, is not a stream.
 
@@ -32,7 +33,7 @@ from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.rewriter import cst as C
 from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions
-from skel.rewriter.launch_search import Launch
+from skel.rewriter.launch_decisions import grid_tiles
 from skel.skeletons.rule import Rule, folder_code
 
 CODE = folder_code(__file__)
@@ -125,7 +126,9 @@ def grid_built_from_a_tile(ctx: Ctx) -> Check:
         return yes("CUDA: the hints are placed by hand (no rewrite needs the grid)")
     if not ctx.p.launches:
         return no("launched outside this file, so which tiles have sibling programs is unknown")
-    tiles = sorted({t for launch in ctx.p.launches for t in launch.grid_tiles})
+    # as the rewrite's launch_decisions.grid_tiles: a tile passed at the launch, or one the heuristics set
+    tiles = sorted({t for launch in ctx.p.launches for t in launch.grid_tiles
+                    if t in dict(launch.args) or t in ctx.p.tune.heuristics})
     if not tiles:
         grids = "; ".join(f"line {launch.line}: {launch.grid}" for launch in ctx.p.launches[:2])
         return no(f"its grid is not built from a tile size the launch passes ({grids}), so no program "
@@ -234,7 +237,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         if not mine:
             reasons.append(f"{name}: launched outside this file, so which tiles have sibling programs is unknown")
             continue
-        tiles = set().union(*(Launch(c, kernel, h, dict(options.shape)).grid_tiles() for c, h in mine))
+        tiles = set().union(*(grid_tiles(c, kernel, h) for c, h in mine))
         if not tiles:
             reasons.append(f"{name}: its grid is not built from a tile size, so no program re-reads another's data")
             continue
