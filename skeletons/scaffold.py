@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from skel.catalog.library import CODE_RE, DOC_HEADINGS, NAME_RE
+from skel.skeletons.library import CODE_RE, DOC_HEADINGS, NAME_RE
 from skel.errors import UsageError
 
 _TOML = '''code = "{code}"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skel.catalog.candidates import CandidateSkeleton
-from skel.catalog.library import CODE_RE, DOC_HEADINGS
+from skel.skeletons.library import CODE_RE, DOC_HEADINGS
 from skel.errors import UsageError
 
 SLUG_MAX = 48
