@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import skel.kernels
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.miner.detectors.base import Ctx
 from skel.miner.mine import _frontend
 
