@@ -74,7 +74,7 @@ def test_file_without_kernels(tmp_path, capsys):
     f = tmp_path / "helpers.py"
     f.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\ndef helper(x):\n    return x * 2\n")
     rc, out = run_json(["match", str(f)], capsys)
-    assert (rc, out) == (0, {"kernels": []})  # a jit device function is not a kernel
+    assert (rc, out["kernels"], out["errors"]) == (0, [], [])  # a jit device function is not a kernel
     assert main(["match", str(f)]) == 0
     assert "no kernels found" in capsys.readouterr().out
 
@@ -85,7 +85,6 @@ def test_file_without_kernels(tmp_path, capsys):
     ("binary.py", b"\x00\x01triton", "binary file"),
     ("latin1.py", b"import triton\n# caf\xe9\n", "latin1.py:2: not UTF-8"),
     ("notes.txt", "text", "not a kernel source"),
-    ("folder", "dir", "is a directory"),
 ])
 def test_input_errors_exit_2(tmp_path, capsys, name, content, expect):
     p = tmp_path / name
@@ -97,6 +96,12 @@ def test_input_errors_exit_2(tmp_path, capsys, name, content, expect):
         p.write_text(content)
     assert main(["match", str(p)]) == 2
     assert expect in capsys.readouterr().err
+
+
+def test_a_folder_without_kernels_is_matched_and_clean(tmp_path, capsys):
+    (tmp_path / "folder").mkdir()
+    rc, out = run_json(["match", str(tmp_path / "folder")], capsys)
+    assert (rc, out["files"], out["errors"]) == (0, [], [])
 
 
 def test_unknown_skeleton_is_a_usage_error(tmp_path, capsys):

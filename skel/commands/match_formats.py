@@ -42,9 +42,13 @@ def findings(run, titles: dict[str, str]) -> list[Finding]:
 
 
 def _message(code: str, titles: dict[str, str], k, rewrite: bool) -> str:
-    how = ("`skel apply` can rewrite it and keeps the rewrite only if numerics and timing confirm it" if rewrite
-           else "no automatic rewrite: apply the method in `skel catalog show " + code + "` by hand")
-    return f"{code} {titles.get(code, '')} applies to kernel {k.name}; {how}".replace("  ", " ")
+    if k.language == "cuda":
+        how = f"skel rewrites Triton only: apply the method in `skel catalog show {code}` by hand"
+    else:
+        how = ("`skel apply` can rewrite it and keeps the rewrite only if numerics and timing confirm it" if rewrite
+               else "no automatic rewrite: apply the method in `skel catalog show " + code + "` by hand")
+    title = titles.get(code, "")
+    return f"{title} ({code}) in kernel {k.name}; {how}" if title else f"{code} applies to kernel {k.name}; {how}"
 
 
 # ------------------------------------------------------------------ text
@@ -164,7 +168,7 @@ def render_github(run) -> list[str]:
     out = []
     for f in findings(run, titles):
         if f.suppressed is None:
-            title = f"{f.skeleton} {titles.get(f.skeleton, '')}".strip()
+            title = f"skel {f.skeleton}"
             out.append(f"::warning file={_prop(_posix(f.path))},line={f.line},title={_prop(title)}::{_data(f.message)}")
     for e in run.errors:
         line = f",line={e.line}" if e.line else ""
