@@ -165,6 +165,7 @@ class Brief:
     show_measurements: bool = True
     trimmed: tuple[str, ...] = ()  # what fit_budget dropped, in order
     budget: int | None = None
+    suppressed: tuple[str, ...] = ()  # "SK001 in kernel k, line 20: reason" (`# skel: ignore[...]` comments)
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
@@ -318,10 +319,13 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
     # Kernels only, as `skel match` does: a jit device function has no grid or launch of its own.
     matches = match_skeletons(library, [p for p in profiles if p.kind == "kernel"] or profiles, text)
     evidence, measurements = _catalog_facts(catalog, list(matches), sha, [p.name for p in profiles])
+    silenced, suppressed = _suppressed(library, [p for p in profiles if p.kind == "kernel"], text, language)
     applicable, not_applicable = [], []
     for code, per_kernel in matches.items():
         sk = library.get(code)
-        hits = tuple(m for m in per_kernel if m.applies)
+        hits = tuple(m for m in per_kernel if m.applies and (code, m.kernel, m.line) not in silenced)
+        if not hits and any(m.applies for m in per_kernel):
+            continue  # applies, but every kernel it applies to silences it: listed under "suppressed"
         if hits:
             applicable.append((sk, hits))
         else:
@@ -333,7 +337,33 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
         applicable=tuple(_applicable(i, sk, hits, evidence[sk.code], target) for i, (sk, hits) in enumerate(applicable, 1)),
         not_applicable=tuple(not_applicable),
         needs_spec=not (Path(target).parent / "spec.py").is_file(),
+        suppressed=suppressed,
     )
+
+
+def _suppressed(library: Library, kernels: list, text: str, language: str):
+    """(code, kernel, line) that suppression comments silence, and their lines for the brief; the
+    decision is ``skel match``'s (``miner.match.match_kernel``), made only when the file has such comments."""
+    from skel.miner import suppress as sup
+
+    comments = sup.parse(text)
+    if not comments:
+        return set(), ()
+    from skel.miner.match import match_kernel
+
+    spans = sup.headers(text, language)
+    silenced, lines = set(), []
+    for p in kernels:
+        m = match_kernel(p, text, list(library), comments, sup.header_span(spans, p.line, language))
+        still = {a.skeleton for a in m.applicable}
+        for s in m.suppressed:
+            where = (f"line{'s' if len(s.sites) > 1 else ''} {', '.join(map(str, s.sites))}" if s.sites
+                     else "the whole kernel")
+            lines.append(f"{s.skeleton} in kernel `{p.name}` ({where}), by the comment at line {s.line}: "
+                         f"{s.reason or 'no reason given'}")
+            if s.skeleton not in still:
+                silenced.add((s.skeleton, p.name, p.line))
+    return silenced, tuple(lines)
 
 
 def _closest_miss(sk: Skeleton, per_kernel: tuple[KernelMatch, ...]) -> NotApplicable:

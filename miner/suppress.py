@@ -88,7 +88,7 @@ def parse(text: str) -> Suppressions:
         file_scope = bool(m.groupdict().get("file"))
         alone = not raw[:m.start()].strip()
         target = 0 if file_scope else (_next_code_line(lines, i) if alone else i)
-        items.append(Suppression(i, target, codes, m.group("reason").strip().lstrip("-—:").strip()))
+        items.append(Suppression(i, target, codes, m.group("reason").strip().lstrip("-—:,").strip()))
     return Suppressions(tuple(items), tuple(problems))
 
 
