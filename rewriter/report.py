@@ -45,6 +45,11 @@ def render_markdown(data: dict, plot: str | None) -> str:
     machine = next((g["machine"] for g in gates if isinstance(g.get("machine"), dict) and g["machine"].get("name")), None)
     if machine:
         out.append(f"- GPU: {machine['name']}, driver {machine.get('driver') or '?'}; {machine.get('versions', '')}")
+    env = data.get("environment") or {}
+    if env:
+        facts = [f"{k} {env[k]}" for k in ("gpu", "driver", "cuda", "torch", "triton", "python", "skel") if env.get(k)]
+        out.append(f"- environment: {', '.join(facts)}; target commit {env.get('commit') or 'not in git'}; "
+                   f"{env.get('date', '')}")
     isolation = next((g["isolation"] for g in gates if g.get("isolation")), None)
     if isolation:
         out.append(f"- candidates ran contained: {isolation.get('summary', '')} (README: Trust model)")

@@ -255,8 +255,7 @@ def test_coding_cookie_is_honoured(world):
     assert rc == 0 and '"kernels": 1' in out, out
     rc, out = skel(root, "apply", "--dry-run", "--report-dir", "home/report", "inputs/cookie_latin1.py")
     assert "Traceback" not in out and "dry-run" in out, out
-    candidate = next((root / "home" / "report" / "candidates").glob("candidate_*.py"))
-    assert "# caf\xe9" in candidate.read_text(encoding="latin-1")  # written back in the file's own encoding
+    assert not (root / "home" / "report").exists()  # a dry run writes nothing
 
 
 def test_cuda_is_matched_and_mined(world):

@@ -102,7 +102,7 @@ def cmd_apply(args) -> int:
         data = result.to_json()
         data["candidates"] = [
             {"skeletons": c["skeletons"], "accepted": c["accepted"], "reason": c["reason"], "label": c["label"],
-             "numerics_passed": c["numerics_passed"], "params": c["params"]}
+             "numerics_passed": c["numerics_passed"], "params": c["params"], "unsafe": c["unsafe"], "diff": c["diff"]}
             for c in data["candidates"]
         ]
         emit_json(data)
@@ -122,4 +122,4 @@ def _print_summary(result, dry_run: bool) -> None:
     for note in result.notes:
         print(f"note: {note}")
     print(f"output: {result.output or 'none'}")
-    print(f"report: {result.report}")
+    print(f"report: {result.report or 'none (dry run: nothing written)'}")
