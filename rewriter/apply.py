@@ -690,33 +690,14 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
     from skel.catalog.store import ValidationRun, open_catalog
 
     from skel.validate.environment import current
+    from skel.validate.record import runs_from_gate
 
     source_hash = hashlib.sha256(source.encode()).hexdigest()
-    env = result.environment or current(result.target, result.device).to_json()
+    env = result.environment or current(result.target, result.device, gpu=_gpu_name(result.device)).to_json()
     env_pairs = tuple((k, v) for k, v in env.items() if k not in ("gpu", "torch", "triton", "date") and v)
-    runs = []
-    for cand in result.candidates:
-        for shape in (cand.gate or {}).get("shapes", []):
-            perf = shape.get("perf")
-            numerics = shape.get("numerics")
-            extra = [("label", cand.label), *env_pairs]
-            if perf:
-                verdict, metric = perf["verdict"], "speedup"
-                median, low, high, unit = perf["speedup"], perf["speedup_low"], perf["speedup_high"], "x"
-                extra += [("baseline_roofline_pct", perf["baseline_roofline_pct"]),
-                          ("candidate_roofline_pct", perf["candidate_roofline_pct"]),
-                          ("baseline_us", perf["baseline"]["median_us"]),
-                          ("candidate_us", perf["candidate"]["median_us"])]
-            else:
-                verdict = "numerics-pass" if numerics and numerics.get("passed") else "numerics-fail"
-                metric, median, low, high, unit = "numerics", None, None, None, ""
-            runs.append(ValidationRun(
-                skeletons=tuple(cand.skeletons), kernel=f"{binding.family}:{Path(result.target).name}",
-                shape=shape["shape"], dtype=cand.gate.get("dtype", ""), metric=metric, verdict=verdict,
-                median=median, ci_low=low, ci_high=high, unit=unit, gpu=_gpu_name(result.device),
-                torch_version=_version("torch"), triton_version=_version("triton"), source_hash=source_hash,
-                reason=cand.reason, extra=tuple(extra),
-            ))
+    kernel = f"{binding.family}:{Path(result.target).name}"
+    runs = [run for cand in result.candidates
+            for run in runs_from_gate(cand.gate, cand.skeletons, cand.label, kernel, source_hash, cand.reason, env)]
     by_label = {c.label: c for c in result.candidates}
     for r in result.runoffs:
         challenger, leader = by_label.get(r.challenger), by_label.get(r.leader)
