@@ -25,6 +25,7 @@ ALL: frozenset[str] = frozenset()
 
 # module -> the tests of it that are not static (bare function names; every parameter case)
 STATIC: dict[str, frozenset[str]] = {
+    "test_cli_conventions.py": ALL,
     "test_cuda_frontend.py": ALL,
     "test_detectors.py": ALL,
     "test_empty_output.py": frozenset({"test_upstream_kda_wrapper_drops_its_zero_fill",

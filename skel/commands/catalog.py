@@ -74,6 +74,7 @@ def register(sub) -> None:
     p.add_argument("--golden", action="store_true",
                    help="also run each folder's golden checks (fires on examples/before.py, not on after.py; "
                         "rewrite(before) == after); with --library, only the added folders' skeletons")
+    add_catalog(p, used=False)
     p.set_defaults(func=cmd_check)
 
     # `catalog prompt` (the agent brief) and `catalog repair` (salvage a damaged catalog) live in their own

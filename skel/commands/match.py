@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from skel.commands.common import add_json, add_library, emit_json, load_user_library, positive_int
+from skel.commands.common import add_catalog, add_json, add_library, emit_json, load_user_library, positive_int
 from skel.commands.console import add_verbosity, print_lines
 from skel.commands.match_formats import FORMATS, render_github, render_sarif, render_text
 from skel.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
@@ -61,6 +61,7 @@ def register(sub) -> None:
                    help="refuse a file larger than N bytes (default: $SKEL_MAX_BYTES, else 5000000)")
     add_json(p)
     add_verbosity(p)
+    add_catalog(p, used=False)
     add_library(p)
     p.set_defaults(func=handler)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from skel.commands.common import add_catalog
 from skel.errors import EXIT_OK
 
 
@@ -13,6 +14,7 @@ def register(sub) -> None:
                                    "turns examples/before.py into examples/after.py.")
     p.add_argument("spec", metavar="SKnnn-name", help="code and name, e.g. SK901-halve-by-multiply")
     p.add_argument("--dir", type=Path, default=Path("."), help="the folder of rules to write into (default: .)")
+    add_catalog(p, used=False)
     p.set_defaults(func=cmd_new)
 
 

@@ -1,0 +1,68 @@
+"""Conventions every verb keeps: --catalog everywhere, [tool.skel] defaults (catalog, shapes, dtype) filled in
+under the flags, unknown [tool.skel] keys refused."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from skel.cli import _project_defaults, build_parser, main
+
+
+def leaf_parsers(parser: argparse.ArgumentParser, prefix=()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield prefix, parser
+        return
+    for action in subs:
+        seen = set()
+        for name, sub in action.choices.items():
+            if id(sub) in seen:  # an alias (import/merge) is the same parser
+                continue
+            seen.add(id(sub))
+            yield from leaf_parsers(sub, (*prefix, name))
+
+
+def test_every_verb_takes_catalog():
+    verbs = list(leaf_parsers(build_parser()))
+    assert len(verbs) >= 15
+    missing = [" ".join(v) for v, p in verbs if not any("--catalog" in a.option_strings for a in p._actions)]
+    assert not missing, f"verbs without --catalog: {missing}"
+
+
+def test_tool_skel_fills_what_the_flags_left(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.skel]\ncatalog = ".skel/cat.sqlite"\nshapes = "decode"\n'
+                                             'dtype = "bfloat16"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SKEL_CATALOG", raising=False)
+    parser = build_parser()
+    args = parser.parse_args(["validate", "kda_decode", "cand.py"])
+    _project_defaults(args)
+    assert args.catalog == (tmp_path / ".skel" / "cat.sqlite").resolve()
+    assert (args.shapes, args.dtype) == ("decode", "bfloat16")
+    args = parser.parse_args(["validate", "kda_decode", "cand.py", "--catalog", "x.sqlite", "--shapes", "ci"])
+    _project_defaults(args)
+    assert (str(args.catalog), args.shapes) == ("x.sqlite", "ci")  # flags win
+    monkeypatch.setenv("SKEL_CATALOG", str(tmp_path / "env.sqlite"))
+    args = parser.parse_args(["mine", "."])
+    _project_defaults(args)
+    assert args.catalog is None  # $SKEL_CATALOG wins over the file: the store reads it
+
+
+def test_a_typo_in_tool_skel_is_an_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text('[tool.skel]\ncatalogue = "x"\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["catalog", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key(s) catalogue" in err and str(tmp_path / "pyproject.toml") in err
+    (tmp_path / "pyproject.toml").write_text('[tool.skel]\nignore = "SK001"\nselect = [1]\n')
+    assert main(["catalog", "list"]) == 2
+    assert "select must be a list of strings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["match", "--help"], ["results", "export", "--help"]])
+def test_help_names_the_formats(argv, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    out = capsys.readouterr().out
+    assert "--format" in out
