@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 
 from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, load_user_library, positive_int
+from skel.commands.console import add_verbosity, print_lines
+from skel.commands.progress import StepProgress
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from skel.executor import add_executor_args, executor_from_args
 
@@ -64,6 +66,7 @@ def register(sub) -> None:
                    help="also judge the catalog's preview candidates (SKP..., `skel mine --history/--variants`): "
                    "each alone, unsafe, through the same gate; their verdicts rank and admit them")
     add_json(p)
+    add_verbosity(p)
     add_library(p)
     add_catalog(p)
     add_executor_args(p)
@@ -97,7 +100,11 @@ def cmd_apply(args) -> int:
     )
     if args.harness and (args.entry or args.variant or args.dims):
         raise UsageError("--entry, --variant and --dims shape the inferred harness: leave them out with --harness")
-    result = apply(options, library)
+    progress = StepProgress(sys.stderr, "skel apply", quiet=args.quiet)
+    try:
+        result = apply(options, library, progress)
+    finally:
+        progress.close()
     if args.json:
         data = result.to_json()
         data["candidates"] = [
@@ -107,19 +114,30 @@ def cmd_apply(args) -> int:
         ]
         emit_json(data)
     else:
-        _print_summary(result, args.dry_run)
+        _print_summary(result, args.dry_run, quiet=args.quiet)
     return EXIT_OK if result.output else EXIT_FINDINGS
 
 
-def _print_summary(result, dry_run: bool) -> None:
+def _print_summary(result, dry_run: bool, quiet: bool = False) -> None:
+    """The verdicts; a dry run's diffs, each as `git apply` takes it from the repository root. ``quiet``: a dry
+    run prints its diffs only (`skel apply K --dry-run -q --skeleton SK001 | git apply`), a run its output."""
+    if quiet:
+        for c in result.candidates:
+            if dry_run and c.diff:
+                print(c.diff, end="")
+        if not dry_run and result.output:
+            print(result.output)
+        return
+    lines = []
     for c in result.candidates:
         mark = "ACCEPTED" if c.accepted else ("dry-run " if dry_run else "        ")
-        print(f"{mark} {c.label}: {c.reason}")
+        lines.append((f"{mark} {c.label}: {c.reason}", "accepted" if c.accepted else ""))
         if dry_run:
-            print(c.diff)
+            lines.extend((line, "") for line in c.diff.rstrip("\n").split("\n"))
     for skeletons, reason in result.skipped:
-        print(f"skipped  {'+'.join(skeletons)}: {reason}")
+        lines.append((f"skipped  {'+'.join(skeletons)}: {reason}", "dim"))
     for note in result.notes:
-        print(f"note: {note}")
+        lines.append((f"note: {note}", "dim"))
+    print_lines(lines)
     print(f"output: {result.output or 'none'}")
     print(f"report: {result.report or 'none (dry run: nothing written)'}")
