@@ -17,7 +17,10 @@ Contract every rewrite honours (tested per skeleton):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from skel.device import DeviceProfile
 
 APPLIED = "applied"
 SKIPPED = "skipped"
@@ -64,6 +67,9 @@ class RewriteOptions:
     shape: tuple[tuple[str, int], ...] = ()
     max_variants: int = 8
     extra: tuple[tuple[str, Any], ...] = field(default=())
+    # the smallest shape of the sweep (batch 1): the search also ranks variants by how they fill the device there
+    small_shape: tuple[tuple[str, int], ...] = ()
+    device: "DeviceProfile | None" = None  # None: skel.device.device_profile()
 
 
 RewriteFn = Callable[[str, RewriteOptions], list[Rewrite]]
