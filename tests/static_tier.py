@@ -59,6 +59,7 @@ STATIC: dict[str, frozenset[str]] = {
         "test_snapshot_kda_decode_without_evidence", "test_json_is_the_same_content",
         "test_ranking_by_evidence_and_roofline_standing", "test_budget_is_honoured_and_never_drops_names_or_conditions"}),
     "test_readme.py": ALL,
+    "test_report_plot.py": ALL,
     "test_results_export.py": frozenset({"test_validate_records_its_verdict_with_the_environment"}),  # the gate
     "test_rewrites.py": frozenset({
         "test_project_decode_targets_rewritten_match_in_the_interpreter",

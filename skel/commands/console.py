@@ -26,7 +26,13 @@ def console(stream=None):
 
 
 def print_lines(lines: list[tuple[str, str]], stream=None) -> None:
-    """Each (text, style name) on its own line; styled only where the console has colour."""
-    c = console(stream)
+    """Each (text, style name) on its own line; styled only where the console has colour (plain text where
+    rich is not installed, as on a machine that got skel without its dependencies)."""
+    try:
+        c = console(stream)
+    except ImportError:
+        for text, _ in lines:
+            print(text, file=stream or sys.stdout)
+        return
     for text, style in lines:
         c.print(text, style=STYLES.get(style) if c.is_terminal or c.color_system else None)

@@ -37,7 +37,11 @@ class RateProgress:
         if self.tty:
             if now - self.last < 0.1 and done < total and self.drawn:
                 return
-            self._draw(done, total, self.line(done, total, now, item))
+            try:
+                self._draw(done, total, self.line(done, total, now, item))
+            except ImportError:  # no rich here: one plain line, redrawn
+                self.stream.write("\r" + self.line(done, total, now, item)[:100].ljust(100))
+                self.stream.flush()
         elif now - self.last >= self.every_s:
             self.stream.write(self.line(done, total, now, item) + "\n")
             self.stream.flush()
