@@ -65,6 +65,7 @@ STATIC: dict[str, frozenset[str]] = {
         "test_project_decode_targets_rewritten_match_in_the_interpreter",
         "test_rewritten_kernel_matches_original_in_the_interpreter",
         "test_upstream_decode_files"}),  # fla-core's files, from a wheel: a corpus
+    "test_skeleton_graph.py": ALL,
     "test_store.py": frozenset({
         "test_two_processes_writing_at_once_lose_nothing", "test_writer_killed_mid_transaction_leaves_catalog_intact"}),
     "test_suppress.py": ALL,
