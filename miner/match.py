@@ -214,6 +214,9 @@ def match_paths(paths: list[str], library=None, selection=None, max_bytes: int |
             if not cand.explicit and not _has_markers(cand.path, cand.language):
                 continue
             text = read_source(cand.path, cand.language, max_bytes).text
+            if not all(m.decode() in text for m in _MARKERS[cand.language]):
+                reports.append(MatchReport(shown, ()))  # named, readable, no kernel in it: nothing to parse
+                continue
             reports.append(_match_text(shown, cand.path, text, cand.language, skeletons, suppress))
         except UsageError as exc:
             errors.append(_error(shown, str(exc), cand.path))

@@ -66,3 +66,31 @@ def test_help_names_the_formats(argv, capsys):
         main(argv)
     out = capsys.readouterr().out
     assert "--format" in out
+
+
+def test_pre_commit_hook_runs_skel_match(tmp_path, monkeypatch, capsys):
+    """The hook in .pre-commit-hooks.yaml is `skel match --quiet` over the staged files it selects: run that
+    command line the way pre-commit does (entry + file names) on a kernel and a plain module."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    yaml = pytest.importorskip("yaml")
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text())
+    (hook,) = hooks
+    assert hook["id"] == "skel-match" and hook["language"] == "python"
+    entry = shlex.split(hook["entry"])
+    assert entry[:2] == ["skel", "match"]
+    kernel = tmp_path / "norm.py"
+    kernel.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x, y, D: tl.constexpr):\n"
+                      "    i = tl.program_id(0)\n    o = i * D + tl.arange(0, D)\n    b = tl.load(x + o).to(tl.float32)\n"
+                      "    b = b / tl.sqrt(tl.sum(b * b) + 1e-6)\n    tl.store(y + o, b)\n")
+    plain = tmp_path / "util.py"
+    plain.write_text("def f():\n    return 1\n")
+    files = [p for p in (kernel, plain, tmp_path / "notes.md") if re.search(hook["files"], p.name)]
+    assert files == [kernel, plain]
+    monkeypatch.chdir(tmp_path)
+    assert main([*entry[1:], "--skeleton", "SK001", *map(str, files)]) == 1  # a finding fails the commit
+    assert capsys.readouterr().out.startswith("norm.py:10: SK001 ")
+    kernel.write_text(kernel.read_text().replace("1e-6)\n", "1e-6)  # skel: ignore[SK001] kept\n"))
+    assert main([*entry[1:], "--skeleton", "SK001", *map(str, files)]) == 0  # silenced in the kernel: passes
