@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CODE_RE = re.compile(r"^SK\d{3}$")
+FAMILY_RE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")  # one spelling everywhere: kda_decode, as kernels/ names it
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 CONDITION_ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -357,6 +358,10 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
     lifecycle = f.string("lifecycle", LIFECYCLES)
     targets = f.strings("targets", TARGETS)
     families = f.strings("families", required=False)
+    for fam in families:
+        if not FAMILY_RE.match(fam):
+            f.fail("families", f"{fam!r}: spell families as kernels/ targets are spelt, lower case with underscores "
+                               f"(e.g. kda_decode, gdn_decode, attention_decode)")
     conflicts = f.strings("conflicts", required=False)
     enables = f.strings("enables", required=False)
 

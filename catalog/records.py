@@ -76,7 +76,7 @@ class Finding:
 class ValidationRun:
     """One gate verdict for a rewrite (one or several skeletons) of one kernel at one shape and dtype.
 
-    ``kernel`` names the target (a kernel name or a ``kernels/`` target such as "kda-decode").
+    ``kernel`` names the target (a kernel name or a ``kernels/`` target such as "kda_decode").
 
     ``median``/``ci_low``/``ci_high`` are None when nothing was measured (CPU, numerics failed):
     a number is never guessed. ``id`` is assigned by the catalog.
