@@ -106,6 +106,19 @@ class Skeleton:
     after: str = field(repr=False)
     folder: Path = field(compare=False)
 
+    @property
+    def unsafe_because(self) -> str:
+        """Why the rewrite is unsafe, in the skeleton's own words (the first sentence of its docs' "Rewrite
+        safety" after "Unsafe:"); "" for a safe rewrite. Not every unsafe rewrite changes rounding: SK015's
+        assumes its stores cover the buffer."""
+        if self.safety != "unsafe":
+            return ""
+        text = " ".join((self.docs or {}).get("Rewrite safety", "").split())
+        text = re.sub(r"^Unsafe\s*(\([^)]*\))?\s*:\s*", "", text)
+        first = re.split(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z`])", text, maxsplit=1)[0].rstrip(".")
+        first = first.split(" (", 1)[0].split(", so ", 1)[0].strip()  # the clause that says it, not the detail
+        return first or "it changes rounding or reduction order"
+
     def to_json(self) -> dict:
         """Plain-data rendering (evidence is added by the catalog, not here)."""
         return {

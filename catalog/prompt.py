@@ -141,6 +141,7 @@ class ApplicableSkeleton:
     example: tuple[str, str] | None  # (docs "Example", docs "Rewritten")
     provenance: tuple[str, ...]
     commands: tuple[str, ...]
+    unsafe_because: str = ""  # Skeleton.unsafe_because: why the rewrite is unsafe, in its docs' words
 
 
 @dataclass(frozen=True)
@@ -380,13 +381,15 @@ def candidate_path(target: str, code: str) -> str:
 
 
 def commands(target: str, code: str, availability: str, safety: str = "safe") -> tuple[str, ...]:
-    """`skel apply` (when the skeleton has an automatic rewrite; unsafe ones need --unsafe) and `skel validate`."""
+    """`skel apply` (when the skeleton has an automatic rewrite; unsafe ones need --unsafe), then the copy the
+    change is made in (a file no command would otherwise create) and `skel validate` on it."""
     import shlex
 
     t, c = shlex.quote(target), shlex.quote(candidate_path(target, code))
     out = []
     if availability != "never":
         out.append(f"skel apply {t} --skeleton {code}" + (" --unsafe" if safety == "unsafe" else ""))
+    out.append(f"cp {t} {c}  # make the change in this copy, then judge it:")
     out.append(f"skel validate {t} {c}")
     return tuple(out)
 
@@ -399,7 +402,7 @@ def _applicable(rank: int, sk: Skeleton, hits, evidence: EvidenceView, target: s
         constraints=tuple((k, getattr(sk.constraints, k)) for k in CONSTRAINT_KEYS),
         example=(sk.docs["Example"], sk.docs["Rewritten"]),
         provenance=tuple(f"{p.repo} {p.path}:{p.line} ({p.version})" + (f": {p.note}" if p.note else "") for p in sk.provenance),
-        commands=commands(target, sk.code, sk.availability, sk.safety),
+        commands=commands(target, sk.code, sk.availability, sk.safety), unsafe_because=sk.unsafe_because,
     )
 
 

@@ -156,7 +156,7 @@ def _usable(codes: list[str], library: Library, allow_unsafe: bool, rewrites) ->
         if code not in rewrites:
             skipped.append(Skip((code,), "no automatic rewrite for this skeleton (see its docs for the method)"))
         elif sk is not None and sk.safety == "unsafe" and not allow_unsafe:
-            skipped.append(Skip((code,), "unsafe rewrite (changes rounding or reduction order): pass --unsafe"))
+            skipped.append(Skip((code,), f"unsafe rewrite ({sk.unsafe_because}): pass --unsafe"))
         else:
             usable.append(code)
     return usable, skipped

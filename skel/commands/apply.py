@@ -41,7 +41,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", type=Path, help="where to write the accepted kernel (default TARGET.skel.py)")
     p.add_argument("--in-place", action="store_true", help="overwrite TARGET (a backup TARGET.orig is kept)")
     p.add_argument("--skeleton", action="append", default=[], metavar="CODE", help="only these skeletons (repeatable)")
-    p.add_argument("--unsafe", action="store_true", help="allow rewrites that change rounding or reduction order")
+    p.add_argument("--unsafe", action="store_true", help="allow unsafe rewrites (rounding or reduction order changes, or an assumption "
+                   "static analysis cannot prove; each skeleton's docs say which)")
     p.add_argument("--dry-run", action="store_true", help="show the candidate diffs without running anything")
     p.add_argument("--shapes", help="shape set of the target's spec (default: ci on CPU, decode on GPU)")
     p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)); default: the one inferred from"
