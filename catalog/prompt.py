@@ -408,16 +408,10 @@ def _applicable(rank: int, sk: Skeleton, hits, evidence: EvidenceView, target: s
 
 # ----------------------------------------------------------------------------- rendering
 def render_markdown(brief: Brief) -> str:
-    import jinja2
+    from skel.catalog.render import render
 
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["fmt"] = lambda v: f"{v:.4g}"
-    text = env.get_template("prompt.md.j2").render(b=brief, constraint_names=_CONSTRAINT_NAMES,
-                                                   trimmed=_group_trimmed(brief.trimmed))
+    text = render(Path(__file__).parent / "templates", "prompt.md.j2", b=brief, constraint_names=_CONSTRAINT_NAMES,
+                  trimmed=_group_trimmed(brief.trimmed))
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 

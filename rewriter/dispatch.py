@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from skel.rewriter.select import SMALL_BATCH
 from skel.rewriter.targets import dispatch_dims
@@ -127,35 +128,30 @@ def _rename_def(source: str, name: str, new: str) -> str:
 def _dispatcher(entry: str, node: ast.FunctionDef, plans, dims: dict[str, str], callees: list[str],
                 split: tuple[str, str, int] | None) -> str:
     """The entry with the original signature: (on a batch split, ``if N <= 8:`` first) then, within each regime,
-    an if-chain on the dim that separates its buckets."""
-    params = ast.unparse(node.args)
-    call = _call_args(node.args)
+    an if-chain on the dim that separates its buckets (text: ``templates/dispatch.py.j2``)."""
+    from skel.catalog.render import render
+
     read = sorted({d for d, _ in plans if d} | ({split[0]} if split else set()))
-    lines = ["", "", f"def {entry}({params}):",
-             f'    """skel dispatch: picks the variant accepted for this shape (by {", ".join(read)})."""']
-    lines += [f"    {d} = {dims[d]}" for d in read]
-    index = 0
+    regimes, index = [], 0
     for n, (dim, group) in enumerate(plans):
-        indent = "    "
-        if split:
-            indent = "        "
-            lines.append(f"    if {split[0]} <= {split[2]}:" if n == 0 else "    else:")
+        header = (f"if {split[0]} <= {split[2]}:" if n == 0 else "else:") if split else None
         names = callees[index:index + len(group)]
         index += len(group)
+        branches = []
         if dim is None:
-            lines.append(f"{indent}return {names[0]}({call})")
-            continue
-        values = [Shape.parse(b)[dim] for b, _ in group]
-        for i, (value, callee) in enumerate(zip(values, names)):
-            if i == len(names) - 1:
-                lines.append(f"{indent}return {callee}({call})")
-            else:
-                keyword = "if" if i == 0 else "elif"
-                # Between two measured buckets, the smaller one's winner serves up to the midpoint.
-                bound = (value + values[i + 1]) // 2 if values[i + 1] - value > 1 else value
-                lines.append(f"{indent}{keyword} {dim} <= {bound}:")
-                lines.append(f"{indent}    return {callee}({call})")
-    return "\n".join(lines) + "\n"
+            branches.append({"test": None, "callee": names[0]})
+        else:
+            values = [Shape.parse(b)[dim] for b, _ in group]
+            for i, (value, callee) in enumerate(zip(values, names)):
+                if i == len(names) - 1:
+                    branches.append({"test": None, "callee": callee})
+                else:
+                    # Between two measured buckets, the smaller one's winner serves up to the midpoint.
+                    bound = (value + values[i + 1]) // 2 if values[i + 1] - value > 1 else value
+                    branches.append({"test": f"{'if' if i == 0 else 'elif'} {dim} <= {bound}:", "callee": callee})
+        regimes.append({"header": header, "indent": "        " if split else "    ", "branches": branches})
+    return render(Path(__file__).parent / "templates", "dispatch.py.j2", entry=entry, params=ast.unparse(node.args),
+                  call=_call_args(node.args), read=read, dims=dims, regimes=regimes)
 
 
 def _call_args(args: ast.arguments) -> str:
