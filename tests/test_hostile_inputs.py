@@ -184,7 +184,8 @@ VERBS = {"apply": ["apply", "--dry-run"], "match": ["match"], "prompt": ["catalo
 
 CASES = (
     [(verb, name, why, 2, perm) for verb in VERBS for name, why, perm in REFUSED]
-    + [(verb, name, why, 2, False) for verb in VERBS for name, why in NOT_A_FILE]
+    + [(verb, name, why, 2, False) for verb in VERBS for name, why in NOT_A_FILE
+       if not (verb == "match" and why == "is a directory")]  # match takes folders: it walks them
     + [("apply", name, "is CUDA: use skel match/mine for CUDA", 2, False) for name in ("kernel.cu", "kernel.cuh")]
     + [("apply", "empty.py", "empty file", 2, False), ("prompt", "empty.py", "no @triton.jit kernel", 2, False),
        ("match", "empty.py", "no kernels found", 0, False)]
