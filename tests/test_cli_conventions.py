@@ -30,6 +30,12 @@ def test_every_verb_takes_catalog():
     assert not missing, f"verbs without --catalog: {missing}"
 
 
+def test_every_verb_takes_json():
+    missing = [" ".join(v) for v, p in leaf_parsers(build_parser())
+               if not any("--json" in a.option_strings for a in p._actions)]
+    assert not missing, f"verbs without --json: {missing}"
+
+
 def test_tool_skel_fills_what_the_flags_left(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text('[tool.skel]\ncatalog = ".skel/cat.sqlite"\nshapes = "decode"\n'
                                              'dtype = "bfloat16"\n')

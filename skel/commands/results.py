@@ -31,7 +31,8 @@ def register(sub) -> None:
     e = verbs.add_parser("export", help="write every recorded verdict as one long table (csv, json, parquet)",
                          description="Write every recorded verdict as one long table.", epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    e.add_argument("--format", choices=("csv", "json", "parquet"), default="csv", help="default: csv")
+    e.add_argument("--format", choices=("csv", "json", "parquet"), default=None, help="default: csv")
+    e.add_argument("--json", action="store_true", help="the same as --format json")
     e.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write (default: stdout; parquet needs -o)")
     e.add_argument("--force", action="store_true", help="overwrite an existing --output file")
     e.add_argument("--skeleton", metavar="CODE", help="only runs of rewrites that include this skeleton")
@@ -43,6 +44,9 @@ def register(sub) -> None:
 def cmd_export(args) -> int:
     from skel.catalog import results, store
 
+    if args.json and args.format not in (None, "json"):
+        raise UsageError(f"--json and --format {args.format} exclude each other")
+    args.format = "json" if args.json else (args.format or "csv")
     if args.format == "parquet" and args.output is None:
         raise UsageError("--format parquet writes a binary file: give -o FILE")
     if args.output is not None and args.output.exists() and not args.force:
