@@ -188,14 +188,18 @@ def _match_text(display: str, path: str, text: str, language: str, skeletons, su
     return MatchReport(display, kernels, tuple(f"{line}: {why}" for line, why in comments.problems))
 
 
+POOL_MIN_FILES = 8  # below this a process pool costs more than it saves
+
+
 def match_paths(paths: list[str], library=None, selection=None, max_bytes: int | None = None,
-                config=None, suppress: bool = True, on_file=None) -> MatchRun:
+                config=None, suppress: bool = True, on_file=None, jobs: int | None = None) -> MatchRun:
     """``skel match PATH...``: every kernel file named or found under the folders named. A file named
     explicitly that cannot be matched is an error; under a folder, files without kernel markers
     (``@triton.jit``, ``__global__``) are passed over and the rest that fail are errors. One bad file
-    never stops the run. ``config`` (a ``ProjectConfig``) adds its ``exclude`` paths."""
+    never stops the run. ``config`` (a ``ProjectConfig``) adds its ``exclude`` paths. With ``jobs`` > 1
+    (default: every core) and enough files, files are matched in forked worker processes (the library
+    is inherited, never re-loaded); the reports come back in path order either way."""
     from skel.catalog.library import load_library
-    from skel.miner.sourcefile import read_source
     from skel.miner.walk import collect
 
     lib = library if library is not None else load_library()
@@ -203,26 +207,63 @@ def match_paths(paths: list[str], library=None, selection=None, max_bytes: int |
     errors: list[MatchError] = []
     cands, walk_errors = collect(list(paths))
     errors.extend(MatchError(_display(e.path), e.error) for e in walk_errors)
-    reports = []
-    for i, cand in enumerate(cands):
-        if config is not None and not cand.explicit and config.excluded(cand.path):
-            continue
-        shown = _display(cand.path)
-        if on_file is not None:
-            on_file(i, len(cands), shown)
-        try:
-            if not cand.explicit and not _has_markers(cand.path, cand.language):
-                continue
-            text = read_source(cand.path, cand.language, max_bytes).text
-            if not all(m.decode() in text for m in _MARKERS[cand.language]):
-                reports.append(MatchReport(shown, ()))  # named, readable, no kernel in it: nothing to parse
-                continue
-            reports.append(_match_text(shown, cand.path, text, cand.language, skeletons, suppress))
-        except UsageError as exc:
-            errors.append(_error(shown, str(exc), cand.path))
-    if on_file is not None:
-        on_file(len(cands), len(cands), "")
+    cands = [c for c in cands if config is None or c.explicit or not config.excluded(c.path)]
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    work = [(c.path, _display(c.path), c.language, c.explicit) for c in cands]
+    global _WORKER_STATE
+    _WORKER_STATE = (skeletons, max_bytes, suppress)
+    outcomes = list(_match_many(work, jobs, on_file))
+    reports = [o for o in outcomes if isinstance(o, MatchReport)]
+    errors.extend(o for o in outcomes if isinstance(o, MatchError))
     return MatchRun(tuple(reports), tuple(errors), tuple(skeletons))
+
+
+_WORKER_STATE: tuple = ((), None, True)  # (skeletons, max_bytes, suppress): set before the pool forks
+
+
+def _match_one(item: tuple[str, str, str, bool]):
+    """One file: its ``MatchReport``, a ``MatchError``, or None (passed over: no kernel markers)."""
+    path, shown, language, explicit = item
+    skeletons, max_bytes, suppress = _WORKER_STATE
+    try:
+        if not explicit and not _has_markers(path, language):
+            return None
+        text = read_source(path, language, max_bytes).text
+        if not all(m.decode() in text for m in _MARKERS[language]):
+            return MatchReport(shown, ())  # named, readable, no kernel in it: nothing to parse
+        return _match_text(shown, path, text, language, skeletons, suppress)
+    except UsageError as exc:
+        return _error(shown, str(exc), path)
+
+
+def _match_many(work: list, jobs: int, on_file=None):
+    """Each file's outcome, in the order of ``work``; a forked pool when there is enough of it."""
+    total = len(work)
+    if jobs == 1 or total < POOL_MIN_FILES or not hasattr(os, "fork"):
+        for i, item in enumerate(work):
+            if on_file is not None:
+                on_file(i, total, item[1])
+            yield _match_one(item)
+        if on_file is not None:
+            on_file(total, total, "")
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from skel.miner import detectors  # noqa: F401  (imported before forking: workers inherit it)
+    from skel.procs import die_with_parent
+
+    pool = ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=multiprocessing.get_context("fork"),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
+    try:
+        for i, outcome in enumerate(pool.map(_match_one, work, chunksize=1)):
+            if on_file is not None:
+                on_file(i + 1, total, work[i][1])
+            yield outcome
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 _MARKERS = {"triton": (b"triton", b"jit"), "cuda": (b"__global__",)}

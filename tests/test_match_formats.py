@@ -276,3 +276,14 @@ def test_sarif_is_valid_against_the_2_1_0_schema(project, capsys):
     # a deliberately broken log is rejected: the check can fail
     log["runs"][0]["results"][0]["level"] = "loud"
     assert list(validator.iter_errors(log))
+
+
+def test_worker_processes_give_the_same_report(project, capsys):
+    """Enough files for the pool (forked workers inherit the library): the same JSON as one process."""
+    for i in range(9):
+        (project / "kernels" / f"copy{i}.py").write_text(NORM.replace("norm_kernel", f"norm{i}_kernel"))
+    assert main(["match", "kernels", "--format", "json", "-j", "1"]) == 1
+    serial = capsys.readouterr().out
+    assert main(["match", "kernels", "--format", "json", "-j", "2"]) == 1
+    assert capsys.readouterr().out == serial
+    assert len(json.loads(serial)["files"]) == 12

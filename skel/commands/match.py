@@ -57,6 +57,8 @@ def register(sub) -> None:
     p.add_argument("--no-suppress", action="store_true",
                    help="report findings even where a '# skel: ignore[...]' comment silences them")
     p.add_argument("--format", choices=FORMATS, default=None, help="output format (default: text)")
+    p.add_argument("--jobs", "-j", type=positive_int, default=None, metavar="N",
+                   help="worker processes for many files (default: every core; 1: in this process)")
     p.add_argument("--max-bytes", type=positive_int, default=None, metavar="N",
                    help="refuse a file larger than N bytes (default: $SKEL_MAX_BYTES, else 5000000)")
     add_json(p)
@@ -89,8 +91,18 @@ def handler(args) -> int:
         raise UsageError(f"--json and --format {fmt} exclude each other")
     config = load_config()
     library = load_user_library(args)
-    run = match_paths(args.paths, library=library, selection=selection_from(args, config),
-                      max_bytes=args.max_bytes, config=config, suppress=not args.no_suppress)
+    progress = None
+    if not args.quiet and fmt in ("text", "github"):
+        from skel.commands.progress import RateProgress
+
+        progress = RateProgress(sys.stderr, "skel match", "files")
+    try:
+        run = match_paths(args.paths, library=library, selection=selection_from(args, config),
+                          max_bytes=args.max_bytes, config=config, suppress=not args.no_suppress,
+                          on_file=progress, jobs=args.jobs)
+    finally:
+        if progress is not None:
+            progress.close()
     if fmt == "json":
         emit_json(run.to_json())
     elif fmt == "sarif":
