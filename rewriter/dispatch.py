@@ -60,61 +60,82 @@ def _changed_closure(base: str, variant: str, entry: str) -> list[str]:
     return [n for n in var_defs if n in changed]  # source order
 
 
-def _dispatch_dim(buckets: list[str], dims: dict[str, str]) -> str | None:
-    """The one dimension (with an expression in ``dims``) that separates the buckets."""
-    parsed = [dict(Shape.parse(b).dims) for b in buckets]
-    for dim in dims:
+def _split_dim(parsed: list[dict[str, int]], dims: dict[str, str], first: str) -> str | None:
+    """A dimension (with an expression in ``dims``) every bucket gives and on which they differ; ``first`` is
+    preferred (the batch dim inside the small-batch regime)."""
+    for dim in [first, *(d for d in dims if d != first)]:
         values = [p.get(dim) for p in parsed]
-        if None not in values and len(set(values)) == len(values):
+        if dim in dims and None not in values and len(set(values)) > 1:
             return dim
     return None
 
 
+def _tree(items: list[tuple[dict[str, int], int]], dims: dict[str, str], first: str):
+    """A decision tree over the buckets (parsed dims, variant index): a leaf is an index; a node is
+    (dim, [(bound, subtree), ...]) with the last bound None (everything above the previous one)."""
+    if len(items) == 1:
+        return items[0][1]
+    dim = _split_dim([p for p, _ in items], dims, first)
+    if dim is None:
+        return None
+    values = sorted({p[dim] for p, _ in items})
+    branches = []
+    for i, value in enumerate(values):
+        sub = _tree([(p, v) for p, v in items if p[dim] == value], dims, first)
+        if sub is None:
+            return None
+        # Between two measured buckets, the smaller one's winner serves up to the midpoint.
+        bound = None if i == len(values) - 1 else ((value + values[i + 1]) // 2 if values[i + 1] - value > 1 else value)
+        branches.append((bound, sub))
+    return dim, branches
+
+
+def _leaves(tree) -> list[int]:
+    return [tree] if isinstance(tree, int) else [i for _, sub in tree[1] for i in _leaves(sub)]
+
+
+def _dims_read(tree) -> set[str]:
+    return set() if isinstance(tree, int) else {tree[0], *(d for _, sub in tree[1] for d in _dims_read(sub))}
+
+
 def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> str:
-    """variants: [(bucket label, rewritten source)], bucket labels like "T1-H32-HV32-K128-V128"; a small-batch
-    bucket (``skel.rewriter.select``) carries its regime's bound as the batch dim ("N8-T1-H32-...")."""
+    """variants: [(bucket label, rewritten source)], bucket labels like "T1-H32-HV32-K128-V128". A small-batch
+    bucket (``skel.rewriter.select``) keeps its batch dim ("N1-T1-H32-..."): the dispatch tests
+    ``N <= SMALL_BATCH`` first, then, in each regime, the dims that separate its buckets."""
     found, note = dispatch_dims(binding)
     dims = dict(found)
     entry = binding.entry
     batch = getattr(binding, "batch", "") or "N"
-    small = [bv for bv in variants if batch in dict(Shape.parse(bv[0]).dims)]
-    large = [bv for bv in variants if bv not in small]
-    if small and large and batch not in dims:
-        raise ValueError(f"cannot dispatch between the small-batch and the other buckets: no expression for {batch} "
-                         f"among the dims the launcher's arguments show ({sorted(dims)})" + (f"; {note}" if note else ""))
-    groups = [g for g in (small, large) if g]
-    ordered: list[tuple[str, str]] = []
-    plans: list[tuple[str | None, list[tuple[str, str]]]] = []
-    for group in groups:
-        rest = [(_without(b, batch) if group is small else b, src) for b, src in group]
-        dim = _dispatch_dim([b for b, _ in rest], dims) if len(group) > 1 else None
-        if len(group) > 1 and dim is None:
-            raise ValueError(f"cannot dispatch between buckets {[b for b, _ in group]}: no separating dimension "
-                             f"among {sorted(dims)} (the dims the launcher's arguments show; a harness can name them "
-                             "in TargetSpec.dims)" + (f"; {note}" if note else ""))
-        keyed = sorted(zip(rest, group), key=lambda pair: Shape.parse(pair[0][0])[dim] if dim else 0)
-        plans.append((dim, [r for r, _ in keyed]))
-        ordered += [g for _, g in keyed]
+    parsed = [dict(Shape.parse(b).dims) for b, _ in variants]
+    small = [(p, i) for i, p in enumerate(parsed) if batch in p]
+    large = [(p, i) for i, p in enumerate(parsed) if batch not in p]
+    why = (f"among the dims the launcher's arguments show ({sorted(dims)}; a harness can name them in "
+           "TargetSpec.dims)" + (f"; {note}" if note else ""))
+    if small and large:
+        if batch not in dims:
+            raise ValueError(f"cannot dispatch between the small-batch and the other buckets: no expression for {batch} {why}")
+        parts = [_tree(small, dims, batch), _tree(large, dims, batch)]
+        tree = None if None in parts else (batch, [(SMALL_BATCH, parts[0]), (None, parts[1])])
+    else:
+        tree = _tree(small or large, dims, batch)
+    if tree is None:
+        raise ValueError(f"cannot dispatch between buckets {[b for b, _ in variants]}: no dimension separates them {why}")
+    order = _leaves(tree)  # variant indices in the order the dispatch lists them
+    ordered = [variants[i] for i in order]
+    callee = {i: f"{entry}_skel_v{n}" for n, i in enumerate(order, 1)}
     base_bucket, base = ordered[0]
     base_defs = _defs(base)
     entry_node = base_defs[entry][2]
     # The file body is the first variant with its entry renamed to _skel_v1.
     pieces = [_rename_def(base, entry, f"{entry}_skel_v1")]
-    callees = [f"{entry}_skel_v1"]
-    for i, (bucket, src) in enumerate(ordered[1:], 2):
+    for n, (bucket, src) in enumerate(ordered[1:], 2):
         names = _changed_closure(base, src, entry)
-        renames = {n: f"{n}_skel_v{i}" for n in names}
+        renames = {name: f"{name}_skel_v{n}" for name in names}
         var_defs = _defs(src)
-        block = "\n\n".join(_rename(_text(src, var_defs[n]), renames) for n in names)
-        pieces.append(f"\n\n# --- skel: variant {i}, accepted for {bucket} ---\n\n{block}")
-        callees.append(f"{entry}_skel_v{i}")
-    split = (batch, dims[batch], SMALL_BATCH) if small and large else None
-    pieces.append(_dispatcher(entry, entry_node, plans, dims, callees, split))
+        block = "\n\n".join(_rename(_text(src, var_defs[name]), renames) for name in names)
+        pieces.append(f"\n\n# --- skel: variant {n}, accepted for {bucket} ---\n\n{block}")
+    pieces.append(_dispatcher(entry, entry_node, tree, dims, callee))
     return "".join(pieces)
-
-
-def _without(bucket: str, dim: str) -> str:
-    return "-".join(f"{k}{v}" for k, v in Shape.parse(bucket).dims if k != dim) or "all"
 
 
 def _rename_def(source: str, name: str, new: str) -> str:
@@ -125,33 +146,32 @@ def _rename_def(source: str, name: str, new: str) -> str:
     return "".join(lines)
 
 
-def _dispatcher(entry: str, node: ast.FunctionDef, plans, dims: dict[str, str], callees: list[str],
-                split: tuple[str, str, int] | None) -> str:
-    """The entry with the original signature: (on a batch split, ``if N <= 8:`` first) then, within each regime,
-    an if-chain on the dim that separates its buckets (text: ``templates/dispatch.py.j2``)."""
+def _dispatcher(entry: str, node: ast.FunctionDef, tree, dims: dict[str, str], callee: dict[int, str]) -> str:
+    """The entry with the original signature, reading the dims the tree tests and walking it; the decision tree
+    is walked here into its statements, the wrapper's text is ``templates/dispatch.py.j2``."""
     from skel.catalog.render import render
 
-    read = sorted({d for d, _ in plans if d} | ({split[0]} if split else set()))
-    regimes, index = [], 0
-    for n, (dim, group) in enumerate(plans):
-        header = (f"if {split[0]} <= {split[2]}:" if n == 0 else "else:") if split else None
-        names = callees[index:index + len(group)]
-        index += len(group)
-        branches = []
-        if dim is None:
-            branches.append({"test": None, "callee": names[0]})
-        else:
-            values = [Shape.parse(b)[dim] for b, _ in group]
-            for i, (value, callee) in enumerate(zip(values, names)):
-                if i == len(names) - 1:
-                    branches.append({"test": None, "callee": callee})
-                else:
-                    # Between two measured buckets, the smaller one's winner serves up to the midpoint.
-                    bound = (value + values[i + 1]) // 2 if values[i + 1] - value > 1 else value
-                    branches.append({"test": f"{'if' if i == 0 else 'elif'} {dim} <= {bound}:", "callee": callee})
-        regimes.append({"header": header, "indent": "        " if split else "    ", "branches": branches})
+    call = _call_args(node.args)
+    body: list[str] = []
+
+    def emit(t, indent: str) -> None:
+        if isinstance(t, int):
+            body.append(f"{indent}return {callee[t]}({call})")
+            return
+        dim, branches = t
+        for i, (bound, sub) in enumerate(branches):
+            if bound is None:
+                if i == 0:
+                    emit(sub, indent)
+                    continue
+                body.append(f"{indent}else:")
+            else:
+                body.append(f"{indent}{'if' if i == 0 else 'elif'} {dim} <= {bound}:")
+            emit(sub, indent + "    ")
+
+    emit(tree, "    ")
     return render(Path(__file__).parent / "templates", "dispatch.py.j2", entry=entry, params=ast.unparse(node.args),
-                  call=_call_args(node.args), read=read, dims=dims, regimes=regimes)
+                  read=sorted(_dims_read(tree)), dims=dims, body=body)
 
 
 def _call_args(args: ast.arguments) -> str:

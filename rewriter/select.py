@@ -2,8 +2,9 @@
 
 A bucket is the shapes that differ only in the batch dimension N (e.g. all T=1 decode
 shapes), split into two regimes: small batch (N <= SMALL_BATCH, serving at low concurrency, where a
-decode kernel is launch- and latency-bound and a finer split wins) and the rest. A small-batch
-bucket's label carries the regime's bound as its batch dim (``N8-T1-H32-...``). In a bucket, a candidate qualifies when its numerics passed at every shape, it is
+decode kernel is launch- and latency-bound and a finer split wins) and the rest. In the small regime
+every batch size is a bucket of its own (``N1-T1-H32-...``): at N = 1 the grid leaves SMs idle, at N = 8
+it may not, and a split that wins at one loses at the other. In a bucket, a candidate qualifies when its numerics passed at every shape, it is
 measurably faster at one shape at least and measurably slower at none; the qualifier with the
 best geometric-mean speedup wins. Different winners in different buckets make a dispatch.
 Without performance measurements nothing qualifies.
@@ -35,10 +36,10 @@ def bucket_of(label: str, batch: str = BATCH_DIM) -> str:
         shape = Shape.parse(label)
     except ValueError:
         return label
-    rest = [f"{k}{v}" for k, v in shape.dims if k != batch]
     n = dict(shape.dims).get(batch)
-    if n is not None and n <= SMALL_BATCH:
-        rest = [f"{batch}{SMALL_BATCH}", *rest]
+    if n is not None and n <= SMALL_BATCH:  # small batch: each size its own bucket (N = 1 and N = 8 differ)
+        return shape.label
+    rest = [f"{k}{v}" for k, v in shape.dims if k != batch]
     return "-".join(rest) or "all"
 
 
