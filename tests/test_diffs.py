@@ -43,6 +43,9 @@ def test_dry_run_diff_applies_from_the_repository_root(repo, capsys, monkeypatch
     patch.write_text(diff)
     check = git(repo, "apply", "--check", str(patch.resolve()))
     assert check.returncode == 0, check.stderr
+    rc = main(["apply", "kda/decode.py", "--dry-run", "--unsafe", "--skeleton", "SK001", "--quiet"])
+    quiet = capsys.readouterr().out
+    assert rc == 1 and quiet == diff  # --quiet: the diff alone, for `skel apply ... -q | git apply`
     assert git(repo, "apply", str(patch.resolve())).returncode == 0
     assert "tl.rsqrt" in (repo / "ops" / "kda" / "decode.py").read_text()
 
