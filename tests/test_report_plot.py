@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-matplotlib = pytest.importorskip("matplotlib")  # the `plot` extra; the test extra installs it
+import matplotlib  # noqa: F401  (the `plot` extra; the test extra installs it)
 
-from skel.rewriter.report import PLOT_MISSING, plot_figure, render_markdown, timed_points  # noqa: E402
+from skel.rewriter.report import PLOT_MISSING, plot_figure, render_markdown, timed_points
 
 
 def perf(speedup, low, high, base_pct, cand_pct):
