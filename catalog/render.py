@@ -1,4 +1,5 @@
-"""Jinja environments for the text and code skel generates (``*.j2`` beside the module that uses them):
+"""Jinja environments for the text and code skel generates (``*.j2`` in a templates folder beside the module that
+uses them: pipeline/templates/, skeletons/_templates/):
 the agent brief, promoted rules (skeleton.toml, docs.md), dispatch wrappers. One configuration for all:
 undefined names are errors, blocks leave no stray blank lines, trailing newlines are kept, no HTML escaping.
 """

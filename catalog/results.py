@@ -19,7 +19,7 @@ from skel.errors import UsageError
 FORMATS = ("csv", "json", "parquet")
 COLUMNS = ("id", "date", "target", "candidate", "skeletons", "shape", "dtype", "metric", "verdict", "median",
            "ci_low", "ci_high", "unit", "baseline_us", "candidate_us", "baseline_roofline_pct",
-           "candidate_roofline_pct", "gpu", "driver", "cuda", "torch", "triton", "python", "skel", "commit",
+           "candidate_roofline_pct", "floor_us", "baseline_floor_x", "candidate_floor_x", "regime", "gpu", "driver", "cuda", "torch", "triton", "python", "skel", "commit",
            "source_hash", "reason")
 PARQUET_MISSING = ("parquet needs pyarrow, which is not installed: `pip install pyarrow` (or export --format csv "
                    "and convert it); csv and json need nothing")
@@ -37,6 +37,8 @@ def rows(runs) -> list[dict]:
             "baseline_us": extra.get("baseline_us"), "candidate_us": extra.get("candidate_us"),
             "baseline_roofline_pct": extra.get("baseline_roofline_pct"),
             "candidate_roofline_pct": extra.get("candidate_roofline_pct"),
+            "floor_us": extra.get("floor_us"), "baseline_floor_x": extra.get("baseline_floor_x"),
+            "candidate_floor_x": extra.get("candidate_floor_x"), "regime": extra.get("regime"),
             "gpu": r.gpu, "driver": extra.get("driver", ""), "cuda": extra.get("cuda", ""), "torch": r.torch_version,
             "triton": r.triton_version, "python": extra.get("python", ""), "skel": extra.get("skel", ""),
             "commit": extra.get("commit", ""), "source_hash": r.source_hash, "reason": r.reason,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from skel.catalog.records import reported
 from skel.errors import UsageError
 from skel.miner.sourcefile import read_source
 from skel.miner.walk import language_of
@@ -148,7 +149,7 @@ def profile_target(path: str, text: str, language: str) -> list:
         raise UsageError(f"{path}: too deeply nested for the parser (RecursionError)") from None
     except Exception as exc:  # a frontend bug: name the file, as skel mine does, rather than a traceback
         raise UsageError(f"{path}: {language} frontend failed: {type(exc).__name__}: {exc}") from None
-    return [p for p in profiles if p.kind == "kernel"]
+    return reported(profiles)
 
 
 def select_skeletons(lib, selection=None) -> list:
@@ -165,7 +166,7 @@ def match_file(path: str, skeleton: str | None = None, library=None, max_bytes: 
     """Evaluate every skeleton of ``library`` (default: the shipped one), or only ``skeleton``, or those
     ``selection`` keeps; applicable skeletons silenced by a suppression comment move to ``suppressed``
     (``suppress=False`` reports them as applicable)."""
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
     from skel.catalog.selection import Selection
 
     lib = library if library is not None else load_library()
@@ -199,7 +200,7 @@ def match_paths(paths: list[str], library=None, selection=None, max_bytes: int |
     never stops the run. ``config`` (a ``ProjectConfig``) adds its ``exclude`` paths. With ``jobs`` > 1
     (default: every core) and enough files, files are matched in forked worker processes (the library
     is inherited, never re-loaded); the reports come back in path order either way."""
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
     from skel.miner.walk import collect
 
     lib = library if library is not None else load_library()
@@ -302,18 +303,18 @@ def _error(shown: str, message: str, path: str) -> MatchError:
 
 def match_kernel(profile, text: str, skeletons, suppressions=None, header: tuple[int, int] | None = None
                  ) -> KernelMatch:
-    from skel.miner import detectors
+    from skel.miner import detect
     from skel.miner.detectors.base import Ctx
 
     ctx = Ctx(profile, text)
     try:
-        findings = detectors.run_detectors(profile, text, codes=[s.code for s in skeletons])
+        findings = detect.run_detectors(profile, text, library=skeletons)
     except Exception:  # sites are a convenience; the verdicts below still stand
         findings = []
     applicable, not_applicable = [], []
     for sk in skeletons:
         try:
-            results = detectors.evaluate(sk, profile, text, ctx, confirm=True)
+            results = detect.evaluate(sk, profile, text, ctx, confirm=True)
         except KeyError as exc:
             not_applicable.append(NotApplicable(sk.code, "detector", f"no detector implements {sk.code} yet ({exc})"))
             continue

@@ -22,7 +22,7 @@ from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
 from skel.miner.fork_parts import map_parts
 from skel.miner.gc_pause import gc_paused
-from skel.miner.profile import KernelProfile
+from skel.catalog.records import KernelProfile
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
 from skel.miner.walk import Candidate, collect
 from skel.procs import die_with_parent
@@ -96,7 +96,7 @@ class _Prepared:
 # ------------------------------------------------------------------ analysis
 def _detectors():
     try:
-        from skel.miner.detectors import run_detectors
+        from skel.miner.detect import run_detectors
     except ImportError:
         return None
     return run_detectors

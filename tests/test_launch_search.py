@@ -155,7 +155,7 @@ def test_select_device_names_the_gpu(monkeypatch):
 
 
 def test_small_batch_is_a_bucket_of_its_own():
-    from skel.rewriter.select import bucket_of
+    from skel.pipeline.select import bucket_of
 
     assert bucket_of("N1-T1-H32") == "N1-T1-H32" and bucket_of("N8-T1-H32") == "N8-T1-H32"
     assert bucket_of("N32-T1-H32") == bucket_of("N256-T1-H32") == "T1-H32"
@@ -165,10 +165,10 @@ def test_small_batch_is_a_bucket_of_its_own():
 def test_a_dispatch_splits_small_batch_first_and_keeps_the_original_where_nothing_won(tmp_path):
     """Winners at N = 1 and T = 1 (SK005), N = 8 (the original), the other T = 1 shapes (SK001), and the original
     at T = 3: the dispatch reads N and T, and the file passes the numerics gate at the ci shapes."""
-    from skel.catalog.library import load_library
-    from skel.rewriter.candidates import enumerate_candidates
-    from skel.rewriter.dispatch import build_dispatch
-    from skel.rewriter.targets import bind_target
+    from skel.skeletons.library import load_library
+    from skel.pipeline.candidates import enumerate_candidates
+    from skel.pipeline.dispatch import build_dispatch
+    from skel.pipeline.targets import bind_target
     from skel.validate.gate import validate
 
     kda = Path(__file__).resolve().parents[1] / "kernels" / "kda_decode" / "kernel.py"

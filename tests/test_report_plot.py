@@ -6,7 +6,7 @@ import pytest
 
 import matplotlib  # noqa: F401  (the `plot` extra; the test extra installs it)
 
-from skel.rewriter.report import PLOT_MISSING, plot_figure, render_markdown, timed_points
+from skel.pipeline.report import PLOT_MISSING, plot_figure, render_markdown, timed_points
 
 
 def perf(speedup, low, high, base_pct, cand_pct):
@@ -64,7 +64,7 @@ def test_figure_layout_error_bars_and_title():
 
 def test_nothing_timed_no_figure_and_the_report_says_why(monkeypatch):
     assert plot_figure({**DATA, "candidates": DATA["candidates"][2:]}) is None
-    monkeypatch.setattr("skel.rewriter.report._has_matplotlib", lambda: False)
+    monkeypatch.setattr("skel.pipeline.report._has_matplotlib", lambda: False)
     md = render_markdown({**DATA, "binding": {"how": "x"}, "device": "cuda", "output": None, "notes": [],
                           "winners": [], "candidates": [], "skipped": [], "applicability": []}, None)
     assert PLOT_MISSING in md and "NVIDIA H200" in md and "550.54.15" in md

@@ -22,7 +22,8 @@ RUNS = [  # a timed win, a timed loss at batch 1, and a CPU numerics-only run: n
                   1.094, 1.088, 1.101, "x", "NVIDIA H200", "2.11.0", "3.6.0", "ab" * 32, "accepted",
                   "2026-12-01T10:00:00Z",
                   (("label", "SK001"), *ENV, ("baseline_roofline_pct", 72.1), ("candidate_roofline_pct", 78.9),
-                   ("baseline_us", 88.6), ("candidate_us", 81.0))),
+                   ("baseline_us", 88.6), ("candidate_us", 81.0), ("floor_us", 70.3), ("baseline_floor_x", 1.26),
+                   ("candidate_floor_x", 1.15), ("regime", "memory"))),
     ValidationRun(("SK001", "SK002"), "kda_decode:kernel.py", "N1-T1-H32-HV32-K128-V128", "bfloat16", "speedup",
                   "slower", 0.95, 0.93, 0.97, "x", "NVIDIA H200", "2.11.0", "3.6.0", "ab" * 32, "slower at N1",
                   "2026-12-01T10:01:00Z",
@@ -66,6 +67,7 @@ def test_long_format_one_row_per_run_with_its_environment(catalog, capsys):
     assert (win["candidate"], win["dim_N"], win["dim_T"], win["median"]) == ("SK001", "64", "1", "1.094")
     assert (win["gpu"], win["driver"], win["torch"], win["triton"]) == ("NVIDIA H200", "550.54.15", "2.11.0", "3.6.0")
     assert win["commit"].startswith("0123456") and win["date"] == "2026-12-01T10:00:00Z"
+    assert (win["floor_us"], win["candidate_floor_x"], win["regime"]) == ("70.3", "1.15", "memory")
     assert loss["skeletons"] == "SK001+SK002" and loss["verdict"] == "slower"
     assert cpu["median"] == cpu["ci_low"] == "" and cpu["gpu"] == ""  # nothing measured: empty, never a number
     main(["results", "export", "--catalog", str(catalog), "--skeleton", "sk002", "--format", "json"])
@@ -102,8 +104,8 @@ KDA = Path(__file__).resolve().parents[1] / "kernels" / "kda_decode"
 def test_validate_records_its_verdict_with_the_environment(tmp_path, capsys):
     """A real candidate (the library's SK001 rewrite) judged in the interpreter; the verdict lands in
     --catalog per shape, numerics only (no GPU here), with the versions and the date."""
-    from skel.catalog.library import load_library
-    from skel.rewriter.candidates import enumerate_candidates
+    from skel.skeletons.library import load_library
+    from skel.pipeline.candidates import enumerate_candidates
     from skel.rewriter.base import RewriteOptions
 
     source = (KDA / "kernel.py").read_text()

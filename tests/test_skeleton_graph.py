@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.catalog.skeleton_graph import any_conflict, enables_graph, topological
 
 

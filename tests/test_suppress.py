@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from skel.catalog.library import load_library
-from skel.catalog.prompt import build_brief, render_markdown
+from skel.skeletons.library import load_library
+from skel.pipeline.prompt import build_brief, render_markdown
 from skel.miner import suppress
 from skel.miner.mine import mine
 

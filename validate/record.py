@@ -12,6 +12,10 @@ from skel.catalog.store import ValidationRun
 
 def runs_from_gate(gate: dict, skeletons, label: str, kernel: str, source_hash: str, reason: str,
                    env: dict) -> list[ValidationRun]:
+    env = dict(env)
+    driver = ((gate or {}).get("machine") or {}).get("driver")  # as the worker that timed this gate read it
+    if driver:
+        env["driver"] = driver
     env_pairs = tuple((k, v) for k, v in env.items() if k not in ("gpu", "torch", "triton", "date") and v)
     runs = []
     for shape in (gate or {}).get("shapes", []):
@@ -25,6 +29,8 @@ def runs_from_gate(gate: dict, skeletons, label: str, kernel: str, source_hash: 
                       ("candidate_roofline_pct", perf["candidate_roofline_pct"]),
                       ("baseline_us", perf["baseline"]["median_us"]),
                       ("candidate_us", perf["candidate"]["median_us"])]
+            extra += [(k, perf[k]) for k in ("floor_us", "baseline_floor_x", "candidate_floor_x", "regime")
+                      if perf.get(k)]
         else:
             verdict = "numerics-pass" if numerics and numerics.get("passed") else "numerics-fail"
             metric, median, low, high, unit = "numerics", None, None, None, ""

@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def cmd_new(args) -> int:
-    from skel.catalog.scaffold import scaffold
+    from skel.skeletons.scaffold import scaffold
 
     folder = scaffold(args.spec, args.dir)
     if args.json:

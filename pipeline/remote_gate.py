@@ -26,7 +26,7 @@ ACCELERATOR = "accelerator_type:"
 
 @dataclass(frozen=True)
 class GateJob:
-    """One ``validate()`` call, as data: what ``rewriter.apply._gate`` would pass."""
+    """One ``validate()`` call, as data: what ``pipeline.apply._gate`` would pass."""
 
     original: str
     candidate: str

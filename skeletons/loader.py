@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from skel.catalog.library import Condition, LibraryProblem
+from skel.skeletons.library import Condition, LibraryProblem
 
 
 def load_rule(folder: Path, code: str, toml_text: str, patterns, conditions: tuple[Condition, ...],

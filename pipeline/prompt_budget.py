@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterator
 
-from skel.catalog.prompt import ApplicableSkeleton, Brief, estimate_tokens, render_markdown
+from skel.pipeline.prompt import ApplicableSkeleton, Brief, estimate_tokens, render_markdown
 
 Step = tuple[str, Callable[[Brief], Brief]]
 

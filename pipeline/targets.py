@@ -6,6 +6,7 @@ Zero-config targets:
 - FLA's upstream decode files (fla-core 0.6.0 ``fla/ops/kda/fused_recurrent.py`` and
   ``fla/ops/gated_delta_rule/fused_recurrent.py``) copied anywhere: recognised by their entry
   function and kernel parameters, validated through the harness spec beside the family.
+Each family declares how it is recognised in its own ``kernels/<family>/fingerprint.toml``.
 Any other kernel: the harness skel infers from the file's own launcher (``skel.harness``), or
 ``--harness SPEC.py`` (a file exporting ``SPEC = TargetSpec(...)``, see ``validate/spec.py``) naming
 the spec, inputs, reference and tolerances to judge it against.
@@ -15,6 +16,7 @@ Recognition is static (``ast``): the target is not imported to find out what it 
 from __future__ import annotations
 
 import ast
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,9 @@ from skel.errors import UsageError
 
 @dataclass(frozen=True)
 class Fingerprint:
+    """How a copy of one family's kernel is recognised: one ``[[fingerprint]]`` of the family's
+    ``kernels/<family>/fingerprint.toml`` (each family declares its own; nothing lists them here)."""
+
     family: str
     harness: str  # spec file name inside kernels/<family>/
     entry: str  # top-level function the gate calls
@@ -31,21 +36,57 @@ class Fingerprint:
     entry_params: frozenset[str] = frozenset()  # parameters the entry function must have
 
 
-_DECODE_DIMS = (("N", "q.shape[0]"), ("T", "q.shape[1]"))
+FINGERPRINT_FILE = "fingerprint.toml"
+_FINGERPRINT_KEYS = ("harness", "entry", "kernel_params", "entry_params", "dims")
 
-FINGERPRINTS = (
-    Fingerprint("kda_decode", "fla_upstream.py", "fused_recurrent_kda_fwd",
-                frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0"}), _DECODE_DIMS),
-    Fingerprint("gdn_decode", "fla_upstream.py", "fused_recurrent_gated_delta_rule_fwd",
-                frozenset({"q", "k", "v", "g", "beta", "A_log", "h0", "ht"}), _DECODE_DIMS),
-    # The suite's own targets (and copies of them): the launcher's signature is the contract.
-    Fingerprint("kda_decode", "spec.py", "kda_decode", frozenset(), _DECODE_DIMS,
-                frozenset({"q", "k", "v", "g", "beta", "A_log", "dt_bias", "state"})),
-    Fingerprint("gdn_decode", "spec.py", "gdn_decode", frozenset(), _DECODE_DIMS,
-                frozenset({"q", "k", "v", "a", "b", "A_log", "dt_bias", "state"})),
-    Fingerprint("state_merge", "spec.py", "state_merge", frozenset(), (), frozenset({"state"})),
-    Fingerprint("dsa_indexer", "spec.py", "dsa_indexer", frozenset(), (), frozenset({"q", "k_cache"})),
-)
+
+class FingerprintError(UsageError):
+    """A family's fingerprint.toml that does not load (the message names the file and the field)."""
+
+
+def fingerprints(root: Path | None = None) -> tuple[Fingerprint, ...]:
+    """Every family's fingerprints under ``root`` (default: the shipped ``kernels/``), by family name
+    and then in file order."""
+    root = kernels_root() if root is None else root
+    return tuple(fp for path in sorted(root.glob(f"*/{FINGERPRINT_FILE}")) for fp in _read_fingerprints(path))
+
+
+def _read_fingerprints(path: Path) -> tuple[Fingerprint, ...]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise FingerprintError(f"{path}: cannot be read: {exc}") from None
+    tables = data.get("fingerprint")
+    if not isinstance(tables, list) or not tables or set(data) != {"fingerprint"}:
+        raise FingerprintError(f"{path}: expected one or more [[fingerprint]] tables and nothing else")
+    return tuple(_fingerprint(path, i, table) for i, table in enumerate(tables))
+
+
+def _fingerprint(path: Path, i: int, table: dict) -> Fingerprint:
+    def fail(key: str, why: str):
+        raise FingerprintError(f"{path}: fingerprint[{i}].{key}: {why}")
+
+    for key in table:
+        if key not in _FINGERPRINT_KEYS:
+            fail(key, f"unknown key (known: {', '.join(_FINGERPRINT_KEYS)})")
+    for key in ("harness", "entry"):
+        if not isinstance(table.get(key), str) or not table[key]:
+            fail(key, "missing or not a non-empty string")
+    if not (path.parent / table["harness"]).is_file():
+        fail("harness", f"no file {table['harness']!r} in {path.parent}")
+    names = {}
+    for key in ("kernel_params", "entry_params"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.isidentifier() for v in value):
+            fail(key, "not a list of parameter names")
+        names[key] = frozenset(value)
+    dims = table.get("dims", {})
+    if not isinstance(dims, dict) or not all(isinstance(v, str) for v in dims.values()):
+        fail("dims", "not a table of dim = \"expression over the entry's arguments\"")
+    if not names["kernel_params"] and not names["entry_params"]:
+        fail("kernel_params", "neither kernel_params nor entry_params given: every file defining the entry would match")
+    return Fingerprint(path.parent.name, table["harness"], table["entry"], names["kernel_params"],
+                       tuple(dims.items()), names["entry_params"])
 
 
 @dataclass(frozen=True)
@@ -76,9 +117,9 @@ def unbound(path: Path) -> TargetBinding:
 
 
 def kernels_root() -> Path:
-    import skel.kernels
+    from skel.validate.load import kernels_dir
 
-    return Path(skel.kernels.__file__).resolve().parent
+    return kernels_dir()
 
 
 def bind_target(path: Path, source: str, harness: Path | None = None, entry: str | None = None,
@@ -100,7 +141,7 @@ def bind_target(path: Path, source: str, harness: Path | None = None, entry: str
         for fn in functions.values()
         if any("jit" in ast.unparse(d) for d in fn.decorator_list)
     ]
-    for fp in FINGERPRINTS:
+    for fp in fingerprints():
         entry = functions.get(fp.entry)
         if entry is None or not fp.entry_params <= {a.arg for a in entry.args.args + entry.args.kwonlyargs}:
             continue

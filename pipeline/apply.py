@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from skel.catalog.library import Library
+from skel.skeletons.library import Library
 from skel.errors import UsageError
 from skel.miner.sourcefile import SourceText, read_source, read_written, write_source
 from skel.rewriter.base import RewriteOptions
-from skel.rewriter.candidates import Candidate, enumerate_candidates
-from skel.rewriter.targets import TargetBinding
+from skel.pipeline.candidates import Candidate, enumerate_candidates
+from skel.pipeline.targets import TargetBinding
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class ApplyOptions:
     time_limit: float = 300.0
     catalog: Path | None = None
     record: bool = True
-    preview: bool = False  # also judge the catalog's preview candidates (SKP...): skel.rewriter.preview
+    preview: bool = False  # also judge the catalog's preview candidates (SKP...): skel.pipeline.preview
     max_bytes: int | None = None  # a larger target is refused (default: SKEL_MAX_BYTES or 5 MB)
     # without a harness, the one inferred from the file's launcher (skel harness): which launcher,
     # which Optional arguments to pass, which decode sizes
@@ -186,7 +186,7 @@ def _stage_entries(options: ApplyOptions) -> list[str]:
     import ast
 
     from skel.harness.launchers import jit_functions, kernels_reached, launcher_functions
-    from skel.rewriter.targets import NotRecognised, bind_target
+    from skel.pipeline.targets import NotRecognised, bind_target
 
     if options.harness is not None or options.entry or options.variants or options.dims or options.frozen:
         return []
@@ -215,7 +215,7 @@ def _apply_stages(options: ApplyOptions, library: Library, progress: Progress, e
     import ast
 
     from skel.harness.launchers import functions_reached
-    from skel.rewriter.report import report_path, write_report
+    from skel.pipeline.report import report_path, write_report
 
     path = options.target.resolve()
     read = read_target_source(options.target, options.max_bytes)
@@ -289,9 +289,9 @@ def _write_text(path: Path, text: str, options: ApplyOptions, encoding: str) -> 
 
 
 def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _stderr_progress) -> ApplyResult:
-    from skel.rewriter.report import report_path, write_report
-    from skel.rewriter.select import choose_winners
-    from skel.rewriter.targets import NotRecognised, bind_target, unbound
+    from skel.pipeline.report import report_path, write_report
+    from skel.pipeline.select import choose_winners
+    from skel.pipeline.targets import NotRecognised, bind_target, unbound
 
     path = options.target.resolve()
     read = read_target_source(options.target, options.max_bytes)
@@ -311,7 +311,7 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
     progress(f"applicable skeletons: {', '.join(codes) or 'none'}")
     remote = None
     if options.executor is not None and not options.dry_run:
-        from skel.rewriter.remote_gate import RemoteGate
+        from skel.pipeline.remote_gate import RemoteGate
 
         remote = RemoteGate(options.executor)
     device = options.device or (remote.default_device() if remote else _default_device())
@@ -326,8 +326,8 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
     rewrite_options = RewriteOptions(shape=largest, small_shape=smallest, device=profile, max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
                                 max_candidates=options.max_candidates, exhaustive=options.exhaustive)
-    if options.preview:  # hook: preview candidates join the library's; the logic lives in skel.rewriter.preview
-        from skel.rewriter.preview import add_preview_candidates
+    if options.preview:  # hook: preview candidates join the library's; the logic lives in skel.pipeline.preview
+        from skel.pipeline.preview import add_preview_candidates
 
         add_preview_candidates(cset, source, options.catalog, options.skeletons, options.max_candidates)
     progress(f"{len(cset.candidates)} candidate(s); {len(cset.skipped)} skeleton(s) produced none")
@@ -438,8 +438,8 @@ def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOu
     """New candidates for the second round, each with the winner it was built on: the structural skeletons
     composed on top of each bucket's first-round winner, with the winner's own variants (candidates.refine).
     A winner with no new composition, or whose composition was already judged, is said in ``skipped``."""
-    from skel.rewriter.candidates import refine
-    from skel.rewriter.select import choose_winners
+    from skel.pipeline.candidates import refine
+    from skel.pipeline.select import choose_winners
 
     winners, _ = choose_winners(outcomes, True, precision_only, batch=batch)
     by_label = {c.label: c for c in candidates}
@@ -476,7 +476,7 @@ def restrict_to_entry(source: str, candidate: str, entry: str,
     import ast
 
     from skel.harness.launchers import functions_reached
-    from skel.rewriter.dispatch import _defs, _text
+    from skel.pipeline.dispatch import _defs, _text
 
     try:
         reached = functions_reached(ast.parse(source), entry)
@@ -623,7 +623,7 @@ def _left_out(outcome: CandidateOutcome, restored: tuple[str, ...], entry: str) 
 def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress: Progress, machine, remote=None):
     """select.choose_winners' head-to-head: the challenger's file judged by the gate with the leader's file as
     the original, on the bucket's shapes, in one worker; ``machine()`` the run's roofline rates."""
-    from skel.rewriter.select import settle
+    from skel.pipeline.select import settle
     from skel.validate.gate import GateInputError
 
     def run(bucket: str, leader: CandidateOutcome, challenger: CandidateOutcome, shapes: list[str]):
@@ -647,9 +647,9 @@ def _runoff(binding: TargetBinding, device: str, options: ApplyOptions, progress
 def _write_output(path: Path, source: str, binding: TargetBinding, winners, outcomes, options,
                   check: Callable[[str], str | None] | None = None, encoding: str = "utf-8") -> tuple[Path, list[str]]:
     """Write the accepted kernel; a dispatch over several winners must itself pass ``check``."""
-    from skel.rewriter.dispatch import build_dispatch
+    from skel.pipeline.dispatch import build_dispatch
 
-    from skel.rewriter.select import bucket_of
+    from skel.pipeline.select import bucket_of
 
     labels = {o.label: o for o in outcomes}
     chosen = [(bucket, labels[o.label]) for bucket, o in winners]
@@ -703,7 +703,7 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
     """Every candidate's per-shape verdict becomes evidence for its skeletons; so does every run-off, as the
     challenger's skeletons timed against the leader (metric "head-to-head speedup", verdicts "head-to-head ...",
     which the prompt's win and loss counts leave out: they compare two rewrites, not a rewrite and the original)."""
-    from skel.catalog.prompt import HEAD_TO_HEAD
+    from skel.pipeline.prompt import HEAD_TO_HEAD
     from skel.catalog.store import ValidationRun, open_catalog
 
     from skel.validate.environment import current

@@ -25,7 +25,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CODE_RE = re.compile(r"^SK\d{3}$")
+from skel.catalog.records import CODE_RE, Condition
+
 FAMILY_RE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")  # one spelling everywhere: kda_decode, as kernels/ names it
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 CONDITION_ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -47,15 +48,6 @@ DOC_HEADINGS = (
 )
 FILES = ("skeleton.toml", "docs.md", "examples/before.py", "examples/after.py")
 DERIVED = {"availability": "availability", "safety": "safety", "kind": "transformation kind"}
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One applicability predicate. ``id`` names the check the miner implements."""
-
-    id: str
-    holds: str  # what is true when the condition holds ("divides by tl.sqrt of a reduction")
-    fails: str  # the reason shown when it does not ("no division by a square-root norm")
 
 
 @dataclass(frozen=True)
@@ -411,7 +403,7 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
         problems.append(LibraryProblem(folder / "examples" / "after.py", None, "after.py", "identical to before.py"))
     if problems:
         return None, problems
-    from skel.catalog.rules import load_rule
+    from skel.skeletons.loader import load_rule
 
     rule, conditions = load_rule(folder, code, text, patterns, tuple(conditions), problems)
     if rule is None or problems:

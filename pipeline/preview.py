@@ -5,7 +5,7 @@ In ``skel apply --preview`` every catalog candidate whose refined pattern applie
 target (``skel.rewriter.pattern``) joins the library's candidates: alone (never composed),
 labelled with its code, always *unsafe* (history says an author made the edit, not that
 it keeps the bits), then judged by the same gate, selection and report; ``_record`` in
-``skel.rewriter.apply`` stores its per-shape verdicts under its code like any skeleton's.
+``skel.pipeline.apply`` stores its per-shape verdicts under its code like any skeleton's.
 
 Verdicts then rank the candidates (``standings``). Runs are grouped into *trials*: one
 candidate alone on one target version (source hash) on one device. A trial
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from skel.rewriter.candidates import Candidate, CandidateSet, Skip
+from skel.pipeline.candidates import Candidate, CandidateSet, Skip
 from skel.rewriter.pattern import apply_pattern
 
 PENALTY_NUMERICS = 4.0  # per trial whose numerics failed (a wrong rewrite is worse than a slow one)

@@ -13,9 +13,18 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from skel.catalog.library import Library
-from skel.rewriter.base import Rewrite, RewriteOptions, registry
+from skel.rewriter.base import Rewrite, RewriteFn, RewriteOptions
+from skel.skeletons.library import Library
 
+
+def registry(library=None) -> dict[str, RewriteFn]:
+    """Every skeleton's rewrite, by code: the rules of ``library`` (default: the shipped one) that
+    have one. Found by the library loader in the skeleton folders; there is no list to keep."""
+    if library is None:
+        from skel.skeletons.library import load_library
+
+        library = load_library()
+    return {sk.code: sk.rule.rewrite for sk in library if sk.rule.rewrite is not None}
 
 
 def _search_last(code: str, library: Library) -> bool:

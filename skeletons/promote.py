@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skel.catalog.candidates import CandidateSkeleton
-from skel.catalog.library import CODE_RE, DOC_HEADINGS
+from skel.skeletons.library import CODE_RE, DOC_HEADINGS
 from skel.errors import UsageError
 
 SLUG_MAX = 48
@@ -157,11 +157,11 @@ def _method(c: CandidateSkeleton) -> str:
     return "Pattern distilled from history: " + "; ".join(parts) + ". $n are holes (see the conditions)."
 
 
-TEMPLATES = Path(__file__).parent / "templates" / "promoted"
+TEMPLATES = Path(__file__).parent / "_templates" / "promoted"  # "_": not a skeleton folder
 
 
 def _toml(c: CandidateSkeleton, code: str) -> str:
-    """skeleton.toml from ``templates/promoted/skeleton.toml.j2``."""
+    """skeleton.toml from ``_templates/promoted/skeleton.toml.j2``."""
     from skel.catalog.render import render
 
     steps = [f"{e['kind']}: {e['before'] or '-'} => {e['after'] or '-'}" for e in c.pattern["edits"]]
@@ -177,7 +177,7 @@ def _toml(c: CandidateSkeleton, code: str) -> str:
 
 
 def _docs(c: CandidateSkeleton, code: str) -> str:
-    """docs.md from ``templates/promoted/docs.md.j2``, its headings the library's (DOC_HEADINGS)."""
+    """docs.md from ``_templates/promoted/docs.md.j2``, its headings the library's (DOC_HEADINGS)."""
     from skel.catalog.render import render
 
     p = c.pattern

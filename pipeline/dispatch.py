@@ -13,8 +13,8 @@ import ast
 import re
 from pathlib import Path
 
-from skel.rewriter.select import SMALL_BATCH
-from skel.rewriter.targets import dispatch_dims
+from skel.pipeline.select import SMALL_BATCH
+from skel.pipeline.targets import dispatch_dims
 from skel.validate.spec import Shape
 
 
@@ -100,7 +100,7 @@ def _dims_read(tree) -> set[str]:
 
 def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> str:
     """variants: [(bucket label, rewritten source)], bucket labels like "T1-H32-HV32-K128-V128". A small-batch
-    bucket (``skel.rewriter.select``) keeps its batch dim ("N1-T1-H32-..."): the dispatch tests
+    bucket (``skel.pipeline.select``) keeps its batch dim ("N1-T1-H32-..."): the dispatch tests
     ``N <= SMALL_BATCH`` first, then, in each regime, the dims that separate its buckets."""
     found, note = dispatch_dims(binding)
     dims = dict(found)

@@ -27,7 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from skel.catalog.library import CONSTRAINT_KEYS, Library, Skeleton
+from skel.skeletons.library import CONSTRAINT_KEYS, Library, Skeleton
+from skel.catalog.records import reported
 from skel.errors import UsageError
 
 WIN_VERDICTS = ("faster", "accepted", "win")
@@ -220,7 +221,7 @@ def match_skeletons(library: Library, profiles: list, text: str) -> dict[str, tu
     gets one failing pseudo-condition ``detector`` naming the problem, so it shows up as not
     applicable with the reason instead of breaking the brief.
     """
-    from skel.miner.detectors import evaluate
+    from skel.miner.detect import evaluate
     from skel.miner.detectors.base import Ctx
 
     ctxs = [Ctx(p, text) for p in profiles]  # shared lookups across skeletons, one per kernel
@@ -318,7 +319,7 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
     language, text, profiles = profile_target(target)
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     # Kernels only, as `skel match` does: a jit device function has no grid or launch of its own.
-    matches = match_skeletons(library, [p for p in profiles if p.kind == "kernel"] or profiles, text)
+    matches = match_skeletons(library, reported(profiles), text)
     evidence, measurements = _catalog_facts(catalog, list(matches), sha, [p.name for p in profiles])
     silenced, suppressed = _suppressed(library, [p for p in profiles if p.kind == "kernel"], text, language)
     applicable, not_applicable = [], []

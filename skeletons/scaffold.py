@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from skel.catalog.library import CODE_RE, DOC_HEADINGS, NAME_RE
+from skel.skeletons.library import CODE_RE, DOC_HEADINGS, NAME_RE
 from skel.errors import UsageError
 
-TEMPLATES = Path(__file__).parent / "templates" / "scaffold"  # skeleton.toml, rule.py, docs.md, before.py (Jinja)
+TEMPLATES = Path(__file__).parent / "_templates" / "scaffold"  # Jinja; "_": the library loader passes it over
 
 
 def _render(template: str, **values) -> str:
