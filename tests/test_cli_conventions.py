@@ -100,3 +100,27 @@ def test_pre_commit_hook_runs_skel_match(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("norm.py:10: SK001 ")
     kernel.write_text(kernel.read_text().replace("1e-6)\n", "1e-6)  # skel: ignore[SK001] kept\n"))
     assert main([*entry[1:], "--skeleton", "SK001", *map(str, files)]) == 0  # silenced in the kernel: passes
+
+
+def test_colour_only_on_a_terminal(monkeypatch):
+    import io
+
+    from skel.commands.console import print_lines
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    lines = [("  applies: SK001 at line 10", "applies"), ("  not SK007: no tl.dot", "dim")]
+    plain, term = io.StringIO(), Tty()
+    print_lines(lines, plain)
+    print_lines(lines, term)
+    assert plain.getvalue() == "  applies: SK001 at line 10\n  not SK007: no tl.dot\n"  # piped: byte for byte
+    assert "\x1b[" in term.getvalue() and "applies: SK001 at line 10" in term.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    quiet = Tty()
+    print_lines(lines, quiet)
+    assert quiet.getvalue().startswith("  applies: SK001 at line 10\n")  # NO_COLOR: no colour (dim/bold may stay)
