@@ -223,14 +223,6 @@ class KernelProfile:
     def constexprs(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params if p.constexpr)
 
-    def graph(self):
-        """The dataflow graph as a networkx DiGraph (built on demand)."""
-        import networkx as nx
-
-        g = nx.DiGraph()
-        g.add_edges_from(self.dataflow)
-        return g
-
     def to_json(self) -> dict:
         # Same content as dataclasses.asdict, without its deep copy of every edge tuple
         # (asdict dominated mining time: ~7 ms per kernel).
