@@ -119,15 +119,36 @@ def candidates(ctx: Ctx) -> list[Hit]:
     return [Hit.at(ln, ln, offset=t, sizes=n, high_axes=[ax.axis for ax in _high_axes(ctx)]) for ln, t, n in big]
 
 
+def _scaled_into_offset(ctx: Ctx, ax) -> str | None:
+    """The first statement that multiplies the (widened) axis-0 id, or a name derived from it, into
+    an address: ``X_ptr += row * stride``, ``y_base = Y_ptr + row * Y_row_stride``."""
+    names = {ax.var, *ax.derived}
+    for a in ctx.assigns:
+        if a.line <= ax.line:
+            continue
+        for term in _terms(a.rhs, "+-"):
+            if "*" in term and names & set(re.findall(r"[A-Za-z_]\w*", term)):
+                return f"line {a.line}: {', '.join(a.targets)} {a.op} {a.rhs}"
+    return None
+
+
 def instances(ctx: Ctx) -> list[Hit]:
+    """Axis 0 widened to int64 and either decomposed into several indices (a flat grid), or the
+    kernel's only program axis (the grid is already flat) multiplied into an offset: the end state
+    the method describes ("when the grid is already flat, only insert the .to(tl.int64)")."""
     out = []
+    axes = {ax.axis for ax in ctx.p.program_axes}
     for ax in ctx.p.program_axes:
         if ax.axis != 0:
             continue
         wide = _widened(ctx, ax)
+        if not wide:
+            continue
         parts = _decomposed(ctx, ax)
-        if wide and sum(len(p.split(" = ", 1)[0].split(",")) for p in parts) >= 2:
+        if sum(len(p.split(" = ", 1)[0].split(",")) for p in parts) >= 2:
             out.append(Hit.at(ax.line, ax.line, widened=wide, decomposition=parts[:4]))
+        elif axes == {0} and (use := _scaled_into_offset(ctx, ax)):
+            out.append(Hit.at(ax.line, ax.line, widened=wide, offset=use))
     return out
 
 
