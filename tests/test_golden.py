@@ -16,8 +16,6 @@ KNOWN = {
     "SK004": "the conditions do not see that a running max of scaled logits is itself scaled, and the "
              "rewrite multiplies each exp argument by log2(e) instead of folding it into the logits' scale "
              "as after.py does (a log-domain rewrite the codemod does not implement)",
-    "SK009": "the detector does not see the program id multiplied into an offset through the flat grid index",
-    "SK012": "the detector still reports the split-KV opportunity on the merged kernel of after.py",
 }
 
 

@@ -71,16 +71,26 @@ def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
         return []
     pids = _pid_names(ctx)
     pointers = {p.name for p in ctx.p.params if not p.constexpr and not (p.annotation or "").startswith(("tl.int", "int"))}
-    out = []
+    heads = pointers | _pointer_vars(ctx)
+    in_addresses = {n for mo in ctx.p.memops for n in re.findall(r"[A-Za-z_]\w*", mo.pointer)}
+    exprs = []  # (line, shown text, address expression)
     for a in ctx.assigns:
         head = re.match(r"\s*\(?\s*([A-Za-z_]\w*)", a.rhs)
-        if not head or head.group(1) not in pointers | {t for t in _pointer_vars(ctx)}:
-            continue
-        for term in _terms(a.rhs, "+-"):
+        # a pointer built from a base (``p_q = q + ...``) or an offset later added to one (``p_h = i_nh * K * V + ...``
+        # used as ``tl.load(h0 + p_h)``)
+        if (head and head.group(1) in heads) or (set(a.targets) & in_addresses and not set(a.targets) & pids):
+            exprs.append((a.line, f"{', '.join(a.targets)} = {a.rhs}", a.rhs))
+    assigned = {ln for ln, _, _ in exprs}
+    for mo in ctx.p.memops:  # an address written inside the load/store call itself
+        if mo.line not in assigned:
+            exprs.append((mo.line, f"{mo.kind} {mo.pointer}", mo.pointer))
+    out = []
+    for line, shown, expr in sorted(exprs):
+        for term in _terms(expr, "+-"):
             names = set(re.findall(r"[A-Za-z_]\w*", term))
             if "*" in term and names & pids:
                 sizes = len(names - pids - {"tl", "arange", "to", "int64"})
-                out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}", sizes))
+                out.append((line, shown, sizes))
                 break
     return out
 
