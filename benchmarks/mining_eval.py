@@ -239,8 +239,8 @@ def report(labels: list[Label], tallies: dict[str, Tally], problems: list[str]) 
         "| skeleton | labels (instance / opportunity / none) | TP | FP | FN | precision | recall |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for code in sorted(k for k in tallies if k != "all"):
-        t, c = tallies[code], counts[code]
+    for code in sorted(counts):
+        t, c = tallies.get(code, Tally()), counts[code]
         lines.append(f"| {code} | {c['instance']} / {c['opportunity']} / {c['none']} | {t.tp} | {t.fp} | {t.fn} | "
                      f"{_pct(t.precision)} | {_pct(t.recall)} |")
     t = tallies.get("all", Tally())
