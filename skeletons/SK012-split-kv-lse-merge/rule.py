@@ -251,7 +251,7 @@ def instances(ctx: Ctx) -> list[Hit]:
     out = []
     split = _split(ctx)
     lse_stores = [m for m in ctx.p.memops if m.kind == "store" and LSE_NAME.search(m.pointer + " " + ctx.statement(m.line))]
-    if split and lse_stores and not _merge_loops(ctx):
+    if split and lse_stores and _attention_loops(ctx) and not _merge_loops(ctx):  # a loss's per-block LSE is no KV split
         m = lse_stores[0]
         out.append(Hit.at(m.line, m.line, split=split, lse_store=ctx.text(m.line)))
     merge = _merge_loops(ctx)
