@@ -17,7 +17,10 @@ Contract every rewrite honours (tested per skeleton):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from skel.device import DeviceProfile
 
 APPLIED = "applied"
 SKIPPED = "skipped"
@@ -62,6 +65,9 @@ class RewriteOptions:
     kernel: str | None = None  # restrict to one kernel (by name) in a multi-kernel file
     # Launch-config search bounds and the target shape the search is pruned for.
     shape: tuple[tuple[str, int], ...] = ()
+    # the smallest shape of the sweep (batch 1): the search also ranks variants by how they fill the device there
+    small_shape: tuple[tuple[str, int], ...] = ()
+    device: "DeviceProfile | None" = None  # None: skel.device.device_profile()
     max_variants: int = 8
     extra: tuple[tuple[str, Any], ...] = field(default=())
 

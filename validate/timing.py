@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
+from skel.device import device_profile
 from skel.validate.bench import BenchConfig, Machine, finite, graph_sequence, median_interval, perf_result, rotation_sets
 from skel.validate.numerics import compare
 from skel.validate.result import PerfResult
@@ -55,7 +56,8 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
                calibrated: Mapping[str, Tolerance] | None = None) -> PerfResult:
     """PerfResult for one shape; raises Untrusted (reject) or NotMeasured (no verdict). ``calibrated``: the
     tolerances by dtype numerics measured at this shape (a spec without a reference has no others)."""
-    sets = rotation_sets(nbytes, config.l2_bytes or machine.l2_bytes or 60 << 20, config.max_sets)
+    sets = rotation_sets(nbytes, config.l2_bytes or machine.l2_bytes or device_profile().l2_bytes,
+                         config.max_sets)
     per_graph = len(graph_sequence(sets, config.min_graph_calls))
     made = oracle.request({"op": "bench_inputs", "shape": shape.label, "dtype": dtype, "sets": sets,
                            "seed_base": config.seed_base}, oracle_limit, f"making the timing inputs at {shape.label}")

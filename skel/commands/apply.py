@@ -50,7 +50,8 @@ def register(sub) -> None:
                    help="without --harness: also pass this Optional argument / set this flag (repeatable)")
     p.add_argument("--dims", type=dims_arg, default={}, metavar="N=64,H=32",
                    help="without --harness: decode sizes for the inferred harness")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--device", metavar="cpu|cuda|cuda:N",
+                   help="default: cuda when available; cuda:N judges on GPU N (the only one its workers see)")
     p.add_argument("--max-candidates", type=int, default=16,
                    help="candidates judged in the first round (on a GPU, a second round adds at most one per shape "
                    "bucket: the other skeletons composed on top of that bucket's winner, with its variants)")
@@ -71,6 +72,7 @@ def register(sub) -> None:
 
 
 def cmd_apply(args) -> int:
+    from skel.device import select_device
     from skel.rewriter.apply import ApplyOptions, apply, read_target_source
 
     read_target_source(args.target, args.max_bytes)  # a UsageError naming the file unless it is a readable Triton source
@@ -87,13 +89,18 @@ def cmd_apply(args) -> int:
         unknown = unknown_codes(unknown, known, args.catalog)
     if unknown:
         raise UsageError(f"unknown skeleton code(s): {', '.join(unknown)}")
+    executor = executor_from_args(args.executor, args.address)
+    if executor is not None and args.device and ":" in args.device:
+        raise UsageError(f"--device {args.device} with --executor ray: Ray places each judgement on a GPU of its own; "
+                         "pass --device cuda (or cpu)")
+    device = select_device(args.device)
     options = ApplyOptions(
         target=args.target, output=args.output, in_place=args.in_place, skeletons=tuple(args.skeleton),
         allow_unsafe=args.unsafe, dry_run=args.dry_run, shapes=args.shapes, harness=args.harness,
-        device=args.device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
+        device=device, max_candidates=args.max_candidates, exhaustive=args.exhaustive,
         report_dir=args.report_dir, time_limit=args.time_limit, catalog=args.catalog, record=not args.no_record,
         preview=args.preview, max_bytes=args.max_bytes, entry=args.entry, variants=tuple(args.variant),
-        dims=tuple(args.dims.items()), executor=executor_from_args(args.executor, args.address),
+        dims=tuple(args.dims.items()), executor=executor,
     )
     if args.harness and (args.entry or args.variant or args.dims):
         raise UsageError("--entry, --variant and --dims shape the inferred harness: leave them out with --harness")

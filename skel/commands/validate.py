@@ -36,7 +36,8 @@ def register(subparsers) -> None:
                         " default ci on CPU, decode on a GPU")
     p.add_argument("--seeds", metavar="S,S", help="input seeds per shape (default: 0 and a fresh random seed)")
     p.add_argument("--dtype", help="input dtype (default: the spec's first)")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--device", metavar="cpu|cuda|cuda:N",
+                   help="default: cuda when available; cuda:N judges on GPU N (the only one its workers see)")
     p.add_argument("--spec", metavar="FAMILY|SPEC.py", help="spec for a kernel file outside kernels/")
     p.add_argument("--entry", help="launcher name when it differs from the spec's")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
@@ -50,6 +51,7 @@ def register(subparsers) -> None:
 
 
 def handler(args) -> int:
+    from skel.device import select_device
     from skel.validate.gate import GateInputError, validate
 
     shapes = args.shapes
@@ -61,7 +63,7 @@ def handler(args) -> int:
         raise UsageError(f"--seeds {args.seeds!r}: expected comma-separated integers") from None
     try:
         result = validate(
-            args.target, args.candidate, shapes=shapes, seeds=seeds, device=args.device, dtype=args.dtype,
+            args.target, args.candidate, shapes=shapes, seeds=seeds, device=select_device(args.device), dtype=args.dtype,
             time_limit=args.time_limit, bench=False if args.no_bench else None, require=args.require,
             spec=args.spec, entry=args.entry, fail_fast=not args.all_shapes,
         )

@@ -31,7 +31,7 @@ from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.rewriter import cst as C
 from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions
-from skel.rewriter.launch_search import Launch
+from skel.rewriter.launch_decisions import grid_tiles
 from skel.skeletons.rule import Rule, folder_code
 
 CODE = folder_code(__file__)
@@ -216,7 +216,7 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         if not mine:
             reasons.append(f"{name}: launched outside this file, so which tiles have sibling programs is unknown")
             continue
-        tiles = set().union(*(Launch(c, kernel, h, dict(options.shape)).grid_tiles() for c, h in mine))
+        tiles = set().union(*(grid_tiles(c, kernel, h) for c, h in mine))
         if not tiles:
             reasons.append(f"{name}: its grid is not built from a tile size, so no program re-reads another's data")
             continue

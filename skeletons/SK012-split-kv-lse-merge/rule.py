@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from skel.device import device_profile
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.skeletons.rule import Rule, folder_code
 
@@ -26,7 +27,6 @@ LANGUAGES = ("triton", "cuda")  # as skeleton.toml's targets say
 SPLIT_VAR = re.compile(r"split|partition|\bi_kv\b|\bkv_block\b|\bpart\b", re.I)
 SPLIT_PARAM = re.compile(r"^(NUM_)?(KV_)?SPLITS?(_SIZE)?$|^num_(kv_)?splits$|^split_(size|len)$|^(NUM_)?PARTITIONS?(_SIZE)?$|^partition_size$", re.I)
 QUERY_TILE = re.compile(r"^(i_t|i_m|start_m|pid_m|i_q|q_block|i_bq|m_block|i_tq|block_m)$")
-SMS = 132
 LSE_NAME = re.compile(r"lse|logsumexp", re.I)
 NAME = re.compile(r"[A-Za-z_]\w*")
 EXP_CALL = re.compile(r"(?<![\w.])(?:tl\.|tl\.math\.|math::|)(?:exp2?|expf|exp2f|__expf|ptx_exp2)\s*\(")
@@ -190,9 +190,11 @@ def too_few_programs_for_sms(ctx: Ctx) -> Check:
     q = sorted(n for n in _pid_names(ctx) if QUERY_TILE.match(n))
     if q:
         return no(f"program id {q[0]} spreads query blocks across programs (prefill), so the grid grows with the sequence and fills the SMs")
+    device = device_profile()
     return yes(
         f"the grid has only batch/head axes ({', '.join(sorted(_pid_names(ctx))) or 'none'}): at decode batch sizes "
-        f"batch * heads stays below the {SMS} SMs of an H200 (e.g. 2 x 32 = 64)"
+        f"batch * heads stays below the {device.sm_count} SMs of the {device.name}"
+        f"{' (assumed)' if device.source == 'assumed' else ''} (e.g. 2 x 32 = 64)"
     )
 
 

@@ -50,14 +50,14 @@ def launch(q, k, v, g, beta, A_log, dt_bias, h0):
     A_log: [HV]; dt_bias: [HV * K]; h0: [N, HV, K, V] fp32. Returns (o [N, T, HV, V], ht)."""
     N, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
-    BK, BV = triton.next_power_of_2(K), 8
+    BK, BV = triton.next_power_of_2(K), 16
     o = torch.empty_like(v)
     ht = torch.empty_like(h0)
     grid = (triton.cdiv(V, BV), N * HV)
-    # skel SK005: launch config num_warps=2 (searched)
+    # skel SK005: launch config BV=16,num_warps=1 (searched; 8 fp32 tile elements/thread)
     kda_decode_kernel[grid](
         q, k, v, g, beta, A_log, dt_bias, h0, o, ht, K ** -0.5, T,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=2,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=1,
     )
     return o, ht
 

@@ -1,0 +1,52 @@
+"""SK005 case: the V tile and the warp count from a same-file helper function."""
+import torch
+import triton
+import triton.language as tl
+
+
+def _tile_for(v, rows):
+    """(V tile, warps) for a problem of ``rows`` state rows."""
+    if rows >= 1024:
+        return 64, 4
+    if rows >= 128:
+        return 32, 4
+    return min(32, triton.next_power_of_2(v)), 2
+
+
+@triton.jit
+def decay_update_kernel(q, x, s, o, decay, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                        BK: tl.constexpr, BV: tl.constexpr):
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_k, mask_v = o_k < K, o_v < V
+    mask_s = mask_k[:, None] & mask_v[None, :]
+    p_s = s + i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+    b_s = tl.load(p_s, mask=mask_s, other=0.0)
+    b_q = tl.load(q + i_nh * K + o_k, mask=mask_k, other=0.0)
+    b_x = tl.load(x + i_nh * V + o_v, mask=mask_v, other=0.0)
+    b_s = b_s * decay + b_q[:, None] * b_x[None, :]
+    tl.store(p_s, b_s, mask=mask_s)
+    tl.store(o + i_nh * V + o_v, tl.sum(b_s * b_q[:, None], 0), mask=mask_v)
+
+
+def launch(q, x, s, decay=0.9):
+    N, H, K = q.shape
+    V = x.shape[-1]
+    BK = triton.next_power_of_2(K)
+    BV, warps = _tile_for(V, N * H)
+    BV = 16  # skel SK005: searched; the code chose BV, warps = _tile_for(V, N * H)
+    o = torch.empty_like(x)
+    grid = (triton.cdiv(V, BV), N * H)
+    # skel SK005: launch config BV=16,num_warps=1 (searched; 8 fp32 tile elements/thread)
+    decay_update_kernel[grid](q, x, s, o, decay, H=H, K=K, V=V, BK=BK, BV=BV, num_warps=1)
+    return o, s
+
+
+def example_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    N, H, K, V = 2, 2, 16, 16
+    q = torch.randn(N, H, K, generator=g)
+    x = torch.randn(N, H, V, generator=g)
+    s = torch.randn(N, H, K, V, generator=g)
+    return q, x, s
