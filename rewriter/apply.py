@@ -315,7 +315,12 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
     if remote is not None:
         remote.check(device)
     shape_set = options.shapes or ("decode" if device == "cuda" else "ci")
-    rewrite_options = RewriteOptions(shape=_shape_hint(binding, shape_set), max_variants=10)
+    from skel.device import device_profile
+
+    largest, smallest = _shape_hint(binding, shape_set)
+    profile = device_profile(probe=device == "cuda" and remote is None)
+    progress(f"planning for {profile.describe()}")
+    rewrite_options = RewriteOptions(shape=largest, small_shape=smallest, device=profile, max_variants=10)
     cset = enumerate_candidates(source, codes, library, rewrite_options, options.allow_unsafe,
                                 max_candidates=options.max_candidates, exhaustive=options.exhaustive)
     if options.preview:  # hook: preview candidates join the library's; the logic lives in skel.rewriter.preview
@@ -502,8 +507,9 @@ def _missed_by_entry(source: str, candidate: str, entry: str) -> str:
             f" (judge it through their launcher: --entry NAME)")
 
 
-def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int], ...]:
-    """The largest shape of the set, for resource pruning of launch variants."""
+def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """The largest shape of the set (resource pruning of launch variants) and the smallest batch's (where the
+    search also ranks by how a variant fills the device's SMs)."""
     from skel.validate.gate import spec_info
     from skel.validate.spec import Shape
 
@@ -511,9 +517,13 @@ def _shape_hint(binding: TargetBinding, shape_set: str) -> tuple[tuple[str, int]
         arg = _shape_arg(shape_set)
         shapes = [Shape.parse(s) for s in arg] if isinstance(arg, list) else spec_info(binding.spec).shapes(arg)
     except Exception:
-        return ()
+        return (), ()
+    if not shapes:
+        return (), ()
     biggest = max(shapes, key=lambda s: sum(v for _, v in s.dims))
-    return biggest.dims
+    batch = binding.batch or "N"
+    smallest = min(shapes, key=lambda s: (dict(s.dims).get(batch, 0), sum(v for _, v in s.dims)))
+    return biggest.dims, smallest.dims
 
 
 def _shape_arg(shapes: str):
@@ -631,15 +641,21 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
     """Write the accepted kernel; a dispatch over several winners must itself pass ``check``."""
     from skel.rewriter.dispatch import build_dispatch
 
+    from skel.rewriter.select import bucket_of
+
     labels = {o.label: o for o in outcomes}
     chosen = [(bucket, labels[o.label]) for bucket, o in winners]
     notes: list[str] = []
     best = max(chosen, key=lambda bo: sum(1 for _, o in chosen if o.label == bo[1].label))[1]
     text = read_written(best.path, encoding)
-    if len({o.label for _, o in chosen}) > 1:
+    # buckets timed where no candidate won keep the original there (it was as fast or faster)
+    won = {b for b, _ in chosen}
+    kept = sorted({bucket_of(s["shape"], binding.batch) for o in outcomes if o.gate for s in o.gate.get("shapes", ())
+                   if s.get("perf")} - won)
+    if len({o.label for _, o in chosen}) > 1 or kept:
         try:
-            dispatch = build_dispatch(source, [(b, read_written(o.path, encoding)) for b, o in chosen],
-                                      binding)
+            dispatch = build_dispatch(source, [(b, read_written(o.path, encoding)) for b, o in chosen]
+                                      + [(b, source) for b in kept], binding)
             problem = check(dispatch) if check else None
         except ValueError as exc:
             dispatch, problem = None, str(exc)
@@ -649,7 +665,8 @@ def _write_output(path: Path, source: str, binding: TargetBinding, winners, outc
         else:
             text = dispatch
             notes.append("the output dispatches on shape between " + ", ".join(
-                f"{o.label} ({b})" for b, o in chosen) + "; the dispatch file itself passed the numerics gate")
+                [f"{o.label} ({b})" for b, o in chosen] + [f"the original ({b})" for b in kept])
+                + "; the dispatch file itself passed the numerics gate")
     return _write_text(path, text, options, encoding), notes
 
 

@@ -65,11 +65,11 @@ class RewriteOptions:
     kernel: str | None = None  # restrict to one kernel (by name) in a multi-kernel file
     # Launch-config search bounds and the target shape the search is pruned for.
     shape: tuple[tuple[str, int], ...] = ()
+    max_variants: int = 8
+    extra: tuple[tuple[str, Any], ...] = field(default=())
     # the smallest shape of the sweep (batch 1): the search also ranks variants by how they fill the device there
     small_shape: tuple[tuple[str, int], ...] = ()
     device: "DeviceProfile | None" = None  # None: skel.device.device_profile()
-    max_variants: int = 8
-    extra: tuple[tuple[str, Any], ...] = field(default=())
 
 
 RewriteFn = Callable[[str, RewriteOptions], list[Rewrite]]

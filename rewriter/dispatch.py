@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from skel.rewriter.select import SMALL_BATCH
 from skel.rewriter.targets import dispatch_dims
 from skel.validate.spec import Shape
 
@@ -69,16 +70,30 @@ def _dispatch_dim(buckets: list[str], dims: dict[str, str]) -> str | None:
 
 
 def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> str:
-    """variants: [(bucket label, rewritten source)], bucket labels like "T1-H32-HV32-K128-V128"."""
+    """variants: [(bucket label, rewritten source)], bucket labels like "T1-H32-HV32-K128-V128"; a small-batch
+    bucket (``skel.rewriter.select``) carries its regime's bound as the batch dim ("N8-T1-H32-...")."""
     found, note = dispatch_dims(binding)
     dims = dict(found)
     entry = binding.entry
-    dim = _dispatch_dim([b for b, _ in variants], dims)
-    if dim is None:
-        raise ValueError(f"cannot dispatch between buckets {[b for b, _ in variants]}: no separating dimension "
-                         f"among {sorted(dims)} (the dims the launcher's arguments show; a harness can name them "
-                         "in TargetSpec.dims)" + (f"; {note}" if note else ""))
-    ordered = sorted(variants, key=lambda bv: Shape.parse(bv[0])[dim])
+    batch = getattr(binding, "batch", "") or "N"
+    small = [bv for bv in variants if batch in dict(Shape.parse(bv[0]).dims)]
+    large = [bv for bv in variants if bv not in small]
+    if small and large and batch not in dims:
+        raise ValueError(f"cannot dispatch between the small-batch and the other buckets: no expression for {batch} "
+                         f"among the dims the launcher's arguments show ({sorted(dims)})" + (f"; {note}" if note else ""))
+    groups = [g for g in (small, large) if g]
+    ordered: list[tuple[str, str]] = []
+    plans: list[tuple[str | None, list[tuple[str, str]]]] = []
+    for group in groups:
+        rest = [(_without(b, batch) if group is small else b, src) for b, src in group]
+        dim = _dispatch_dim([b for b, _ in rest], dims) if len(group) > 1 else None
+        if len(group) > 1 and dim is None:
+            raise ValueError(f"cannot dispatch between buckets {[b for b, _ in group]}: no separating dimension "
+                             f"among {sorted(dims)} (the dims the launcher's arguments show; a harness can name them "
+                             "in TargetSpec.dims)" + (f"; {note}" if note else ""))
+        keyed = sorted(zip(rest, group), key=lambda pair: Shape.parse(pair[0][0])[dim] if dim else 0)
+        plans.append((dim, [r for r, _ in keyed]))
+        ordered += [g for _, g in keyed]
     base_bucket, base = ordered[0]
     base_defs = _defs(base)
     entry_node = base_defs[entry][2]
@@ -92,8 +107,13 @@ def build_dispatch(original: str, variants: list[tuple[str, str]], binding) -> s
         block = "\n\n".join(_rename(_text(src, var_defs[n]), renames) for n in names)
         pieces.append(f"\n\n# --- skel: variant {i}, accepted for {bucket} ---\n\n{block}")
         callees.append(f"{entry}_skel_v{i}")
-    pieces.append(_dispatcher(entry, entry_node, dim, dims[dim], ordered, callees))
+    split = (batch, dims[batch], SMALL_BATCH) if small and large else None
+    pieces.append(_dispatcher(entry, entry_node, plans, dims, callees, split))
     return "".join(pieces)
+
+
+def _without(bucket: str, dim: str) -> str:
+    return "-".join(f"{k}{v}" for k, v in Shape.parse(bucket).dims if k != dim) or "all"
 
 
 def _rename_def(source: str, name: str, new: str) -> str:
@@ -104,26 +124,37 @@ def _rename_def(source: str, name: str, new: str) -> str:
     return "".join(lines)
 
 
-def _dispatcher(entry: str, node: ast.FunctionDef, dim: str, expr: str, ordered, callees) -> str:
+def _dispatcher(entry: str, node: ast.FunctionDef, plans, dims: dict[str, str], callees: list[str],
+                split: tuple[str, str, int] | None) -> str:
+    """The entry with the original signature: (on a batch split, ``if N <= 8:`` first) then, within each regime,
+    an if-chain on the dim that separates its buckets."""
     params = ast.unparse(node.args)
     call = _call_args(node.args)
-    lines = [
-        "",
-        "",
-        f"def {entry}({params}):",
-        f'    """skel dispatch: picks the variant accepted for this shape (by {dim} = {expr})."""',
-        f"    {dim} = {expr}",
-    ]
-    values = [Shape.parse(b)[dim] for b, _ in ordered]
-    for i, (value, callee) in enumerate(zip(values, callees)):
-        if i == len(callees) - 1:
-            lines.append(f"    return {callee}({call})")
-        else:
-            keyword = "if" if i == 0 else "elif"
-            # Between two measured buckets, the smaller one's winner serves up to the midpoint.
-            bound = (value + values[i + 1]) // 2 if values[i + 1] - value > 1 else value
-            lines.append(f"    {keyword} {dim} <= {bound}:")
-            lines.append(f"        return {callee}({call})")
+    read = sorted({d for d, _ in plans if d} | ({split[0]} if split else set()))
+    lines = ["", "", f"def {entry}({params}):",
+             f'    """skel dispatch: picks the variant accepted for this shape (by {", ".join(read)})."""']
+    lines += [f"    {d} = {dims[d]}" for d in read]
+    index = 0
+    for n, (dim, group) in enumerate(plans):
+        indent = "    "
+        if split:
+            indent = "        "
+            lines.append(f"    if {split[0]} <= {split[2]}:" if n == 0 else "    else:")
+        names = callees[index:index + len(group)]
+        index += len(group)
+        if dim is None:
+            lines.append(f"{indent}return {names[0]}({call})")
+            continue
+        values = [Shape.parse(b)[dim] for b, _ in group]
+        for i, (value, callee) in enumerate(zip(values, names)):
+            if i == len(names) - 1:
+                lines.append(f"{indent}return {callee}({call})")
+            else:
+                keyword = "if" if i == 0 else "elif"
+                # Between two measured buckets, the smaller one's winner serves up to the midpoint.
+                bound = (value + values[i + 1]) // 2 if values[i + 1] - value > 1 else value
+                lines.append(f"{indent}{keyword} {dim} <= {bound}:")
+                lines.append(f"{indent}    return {callee}({call})")
     return "\n".join(lines) + "\n"
 
 

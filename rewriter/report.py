@@ -70,8 +70,8 @@ def render_markdown(data: dict, plot: str | None) -> str:
     if timed:
         out += ["", "## Per-shape timing (median us, 95 % interval; speedup over the original)", ""]
         for c in timed:
-            out += [f"### {c['label']}", "", "| shape | original us | candidate us | speedup | verdict | % roofline (orig → cand) |",
-                    "| --- | --- | --- | --- | --- | --- |"]
+            out += [f"### {c['label']}", "", "| shape | original us | candidate us | speedup | verdict | % roofline (orig → cand) "
+                    "| x of floor (orig → cand; floor us) |", "| --- | --- | --- | --- | --- | --- | --- |"]
             for s in c["gate"]["shapes"]:
                 p = s.get("perf")
                 if not p:
@@ -81,8 +81,17 @@ def render_markdown(data: dict, plot: str | None) -> str:
                     f"| {s['shape']} | {p['baseline']['median_us']:.1f} | {p['candidate']['median_us']:.1f} "
                     f"[{p['candidate']['low_us']:.1f}, {p['candidate']['high_us']:.1f}] | {p['speedup']:.3f}x "
                     f"[{p['speedup_low']:.3f}, {p['speedup_high']:.3f}] | {p['verdict']} | "
-                    f"{p['baseline_roofline_pct']:.0f} % → {p['candidate_roofline_pct']:.0f} % |")
+                    f"{p['baseline_roofline_pct']:.0f} % → {p['candidate_roofline_pct']:.0f} %"
+                    + (f" (layout ceiling {p['baseline_ceiling_pct']:.0f} % → {p['candidate_ceiling_pct']:.0f} %)"
+                       if p.get("baseline_ceiling_pct") else "")
+                    + (f" | {p['baseline_floor_x']:.2f} → {p['candidate_floor_x']:.2f} ({p['floor_us']:.2f}) |"
+                       if p.get("floor_us") else " | - |"))
             out.append("")
+        regime = next((s["perf"].get("regime") for c in timed for s in c["gate"]["shapes"]
+                       if s.get("perf") and s["perf"].get("regime")), "")
+        if regime:
+            out += [f"Regime: {regime}. Floor: the best in-place copy of the same bytes through a few grids, timed the "
+                    "same way in the original's process; benchmarks that keep data in L2 are not comparable.", ""]
     if data["skipped"]:
         out += ["", "## Skeletons that produced no candidate", ""]
         out += [f"- {'+'.join(s['skeletons'])}: {s['reason']}" for s in data["skipped"]]

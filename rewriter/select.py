@@ -1,7 +1,9 @@
 """Choose the accepted candidate per shape bucket.
 
 A bucket is the shapes that differ only in the batch dimension N (e.g. all T=1 decode
-shapes). In a bucket, a candidate qualifies when its numerics passed at every shape, it is
+shapes), split into two regimes: small batch (N <= SMALL_BATCH, serving at low concurrency, where a
+decode kernel is launch- and latency-bound and a finer split wins) and the rest. A small-batch
+bucket's label carries the regime's bound as its batch dim (``N8-T1-H32-...``). In a bucket, a candidate qualifies when its numerics passed at every shape, it is
 measurably faster at one shape at least and measurably slower at none; the qualifier with the
 best geometric-mean speedup wins. Different winners in different buckets make a dispatch.
 Without performance measurements nothing qualifies.
@@ -24,6 +26,7 @@ from typing import Callable
 from skel.validate.spec import Shape
 
 BATCH_DIM = "N"
+SMALL_BATCH = 8  # N up to this is the small-batch regime (its own buckets)
 
 
 def bucket_of(label: str, batch: str = BATCH_DIM) -> str:
@@ -33,6 +36,9 @@ def bucket_of(label: str, batch: str = BATCH_DIM) -> str:
     except ValueError:
         return label
     rest = [f"{k}{v}" for k, v in shape.dims if k != batch]
+    n = dict(shape.dims).get(batch)
+    if n is not None and n <= SMALL_BATCH:
+        rest = [f"{batch}{SMALL_BATCH}", *rest]
     return "-".join(rest) or "all"
 
 

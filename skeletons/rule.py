@@ -133,10 +133,11 @@ class Rule:
         A rule without a rewrite confirms nothing and refuses nothing (None)."""
         if self.rewrite is None:
             return None
+        import dataclasses
+
         from skel.rewriter.base import RewriteOptions
 
-        opts = options or RewriteOptions()
-        results = type(self).rewrite(source, RewriteOptions(kernel, opts.shape, opts.max_variants, opts.extra))
+        results = type(self).rewrite(source, dataclasses.replace(options or RewriteOptions(), kernel=kernel))
         if any(r.applied for r in results):
             return None
         return results[0].reason if results else "the rewrite returned nothing"

@@ -68,6 +68,15 @@ class PerfResult:
     candidate_roofline_pct: float
     rotation_sets: int  # input sets cycled so the working set exceeds the L2 cache
     calls_per_sample: int
+    # the measured floor (skel.validate.floor): the best in-place copy of the same bytes, timed the same way
+    floor_us: float = 0.0  # 0: not measured
+    floor_grid: str = ""
+    baseline_floor_x: float = 0.0  # original time / floor
+    candidate_floor_x: float = 0.0
+    # % of the data layout's copy ceiling (TargetSpec.copy_ceiling), where a probe defines one; 0: none
+    baseline_ceiling_pct: float = 0.0
+    candidate_ceiling_pct: float = 0.0
+    regime: str = ""  # how the data met the kernel (skel.validate.floor.REGIME)
 
 
 @dataclass(frozen=True)

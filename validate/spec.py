@@ -101,6 +101,9 @@ class TargetSpec:
     dims: how the launcher's arguments give a shape dim, for `skel apply`'s dispatch between variants
         accepted at different shapes; when empty, apply infers them from make_inputs on the ci shapes.
     bytes / flops: minimum memory traffic and arithmetic per call, for the roofline.
+    copy_ceiling: where a probe measured it, the fraction of the flat copy roofline the target's data layout
+        allows through any grid its reductions permit (e.g. 0.90 for a K-major recurrent state at T = 1): the
+        gate then reports "% of the layout's copy ceiling" beside "% of roofline". 0: none measured.
     """
 
     family: str
@@ -119,6 +122,7 @@ class TargetSpec:
     dims: tuple[tuple[str, str], ...] = ()  # (dim, expression over the entry's arguments), e.g. ("T", "q.shape[1]")
     batch: str = "N"  # the batch-like dim: `skel apply` picks one winner per shape bucket of the other dims
     cross_reference: Callable[..., Any] | None = None
+    copy_ceiling: float = 0.0
 
     def __post_init__(self) -> None:
         missing = {"ci", "decode"} - set(self.shape_sets)
@@ -141,7 +145,7 @@ class TargetSpec:
         return SpecInfo(self.family, self.entry, self.outputs, self.inplace, dict(self.shape_sets),
                         dict(self.tolerances), self.dtypes, tuple(self.checks), self.description, self.dims,
                         "reference" if self.reference is not None else "original", self.batch,
-                        _label(self.cross_reference) if self.reference is None else "")
+                        _label(self.cross_reference) if self.reference is None else "", self.copy_ceiling)
 
 
 def _label(fn: Any) -> str:
@@ -190,6 +194,7 @@ class SpecInfo:
     oracle: str = "reference"  # "reference": the spec's float64 reference; "original": calibrated self-oracle
     batch: str = "N"
     cross_reference: str = ""  # with oracle "original": the second oracle's name ("" when none)
+    copy_ceiling: float = 0.0  # TargetSpec.copy_ceiling
 
     @property
     def compared_outputs(self) -> tuple[str, ...]:
@@ -208,7 +213,7 @@ class SpecInfo:
             "tolerances": {k: [t.rel_rms, t.max_abs] for k, t in self.tolerances.items()},
             "dtypes": list(self.dtypes), "checks": list(self.checks), "description": self.description,
             "dims": [list(d) for d in self.dims], "oracle": self.oracle, "batch": self.batch,
-            "cross_reference": self.cross_reference,
+            "cross_reference": self.cross_reference, "copy_ceiling": self.copy_ceiling,
         }
 
     @classmethod
@@ -221,6 +226,7 @@ class SpecInfo:
             dtypes=tuple(value["dtypes"]), checks=tuple(value["checks"]), description=str(value["description"]),
             dims=tuple((str(a), str(b)) for a, b in value["dims"]), oracle=str(value.get("oracle", "reference")),
             batch=str(value.get("batch", "N")), cross_reference=str(value.get("cross_reference", "")),
+            copy_ceiling=float(value.get("copy_ceiling", 0.0)),
         )
 
 

@@ -18,6 +18,7 @@ A failed check makes the timing untrusted and rejects the candidate.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -129,6 +130,7 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
     _check_work(oracle, candidate, info, shape, oracle_limit, time_limit, calibrated or {})
     result = perf_result([t / calls for t in a_mixed.reported], [t / calls for t in b_mixed.reported], ratios,
                          nbytes, nflops, machine, config, sets, calls)
+    result = _with_floor(result, oracle, info, shape, nbytes, config, machine, oracle_limit)
     if result.baseline_roofline_pct > ROOFLINE_LIMIT:
         raise NotMeasured(f"the original measures {result.baseline_roofline_pct:.0f} % of the roofline: the spec's"
                           f" bytes/FLOPs understate its traffic, or its data stays in a cache")
@@ -137,6 +139,27 @@ def time_shape(oracle: Worker, candidate: Worker, info: SpecInfo, shape: Shape, 
                         f" ({result.candidate.median_us:.2f} us for {nbytes} bytes at {machine.copy_bps / 1e12:.2f} TB/s):"
                         f" faster than the device allows, so the timing is not believed")
     return result
+
+
+def _with_floor(result: PerfResult, oracle: Worker, info: SpecInfo, shape: Shape, nbytes: int, config: BenchConfig,
+                machine: Machine, limit: float) -> PerfResult:
+    """The result with the shape's measured floor (in the oracle's process) and the layout's ceiling beside the
+    roofline; a floor that cannot be measured leaves those fields at 0 and the verdict as it was."""
+    from skel.validate.floor import REGIME
+
+    ceiling = {}
+    if info.copy_ceiling > 0:
+        ceiling = {"baseline_ceiling_pct": result.baseline_roofline_pct / info.copy_ceiling,
+                   "candidate_ceiling_pct": result.candidate_roofline_pct / info.copy_ceiling}
+    reply = oracle.request({"op": "floor", "bytes": nbytes, "max_sets": config.max_sets,
+                            "l2_bytes": config.l2_bytes or machine.l2_bytes or device_profile().l2_bytes,
+                            "min_calls": config.min_graph_calls}, limit, f"measuring the floor at {shape.label}")
+    us = reply.get("us")  # a failed measurement ({"failed": ...}) leaves no floor
+    if not isinstance(us, (int, float)) or not math.isfinite(us) or us <= 0:
+        return dataclasses.replace(result, regime=REGIME, **ceiling)
+    return dataclasses.replace(result, floor_us=float(us), floor_grid=str(reply.get("grid", "")),
+                               baseline_floor_x=result.baseline.median_us / us,
+                               candidate_floor_x=result.candidate.median_us / us, regime=REGIME, **ceiling)
 
 
 def _drain(time_once, settle: float = 0.02, max_s: float = 5.0) -> int:

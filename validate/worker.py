@@ -288,6 +288,14 @@ class Oracle(Role):
         known = Machine.from_json(message["known"]) if message.get("known") else None
         return {"machine": measure_machine(known).to_json()}
 
+    def op_floor(self, message: dict) -> dict:
+        """The shape's floor (skel.validate.floor), timed here, in the process that times the original."""
+        from skel.validate.floor import copy_floor_us
+
+        us, grid = copy_floor_us(int(message["bytes"]), int(message["l2_bytes"]), int(message["max_sets"]),
+                                 int(message["min_calls"]))
+        return {"us": us, "grid": grid}
+
     def op_bench_inputs(self, message: dict) -> dict:
         """The timing input sets (kept here for A; handed to the judge for B)."""
         from skel.validate.spec import Shape

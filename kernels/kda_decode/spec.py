@@ -90,5 +90,9 @@ SPEC = TargetSpec(
     bytes=roofline_bytes,
     flops=flops,
     dtypes=("bfloat16", "float32", "float16"),
+    # the K-major state's copy ceiling through grids whose programs own whole K columns (which the step's
+    # reductions over K need): 91-92 % of the flat copy roofline at T = 1, N = 32
+    # (experiments/2026-11-29-t1-copy-ceiling/README.md); 0.90 is the figure issue 16 accepts
+    copy_ceiling=0.90,
     description="Kimi Delta Attention decode, per-channel gate, fp32 state in place, GVA",
 )

@@ -102,13 +102,20 @@ def render(result) -> str:
             p = v.perf
             perf = (f"{p.baseline.median_us:.1f} -> {p.candidate.median_us:.1f} us, x{p.speedup:.3f}"
                     f" [{p.speedup_low:.3f}, {p.speedup_high:.3f}] {p.verdict}, roofline"
-                    f" {p.baseline_roofline_pct:.0f}% -> {p.candidate_roofline_pct:.0f}%")
+                    f" {p.baseline_roofline_pct:.0f}% -> {p.candidate_roofline_pct:.0f}%"
+                    + (f", layout ceiling {p.baseline_ceiling_pct:.0f}% -> {p.candidate_ceiling_pct:.0f}%"
+                       if p.baseline_ceiling_pct else "")
+                    + (f", x{p.baseline_floor_x:.2f} -> x{p.candidate_floor_x:.2f} of floor ({p.floor_us:.2f} us)"
+                       if p.floor_us else ""))
         else:
             perf = v.perf_note
         lines.append(f"  {v.shape:<32} {status} rel-RMS {errs}  | {perf}")
     if result.machine is not None and getattr(result.machine, "name", ""):
         m = result.machine
         lines.append(f"  device: {m.name} (driver {m.driver or '?'}; {m.versions}), copy {m.copy_bps / 1e12:.2f} TB/s")
+        regime = next((v.perf.regime for v in result.shapes if v.perf is not None and v.perf.regime), "")
+        if regime:
+            lines.append(f"  regime: {regime}; floor = best in-place copy of the same bytes, timed the same way")
     second = [n for n in result.notes if n.startswith("second oracle: ")]
     if result.oracle == "original":
         lines.append("  oracle: the original kernel (no reference): each output's accepted error calibrated per case"

@@ -14,11 +14,11 @@ def decay_update_kernel(q, x, s, o, decay, H: tl.constexpr, K: tl.constexpr, V: 
     mask_s = mask_k[:, None] & mask_v[None, :]
     p_s = s + i_nh * K * V + o_k[:, None] * V + o_v[None, :]
     b_s = tl.load(p_s, mask=mask_s, other=0.0)
-    b_q = tl.load(q + i_nh * K + o_k, mask=mask_k, other=0.0)
-    b_x = tl.load(x + i_nh * V + o_v, mask=mask_v, other=0.0)
+    b_q = tl.load(q + i_nh * K + o_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_x = tl.load(x + i_nh * V + o_v, mask=mask_v, other=0.0).to(tl.float32)
     b_s = b_s * decay + b_q[:, None] * b_x[None, :]
     tl.store(p_s, b_s, mask=mask_s)
-    tl.store(o + i_nh * V + o_v, tl.sum(b_s * b_q[:, None], 0), mask=mask_v)
+    tl.store(o + i_nh * V + o_v, tl.sum(b_s * b_q[:, None], 0).to(o.dtype.element_ty), mask=mask_v)
 
 
 def launch(q, x, s, decay=0.9):
