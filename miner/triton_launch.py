@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping
 
 from skel.miner.profile import LaunchSite, Param
-from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text, kwarg
+from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text
 from skel.miner.triton_scan import LaunchScopes
 from skel.miner.triton_scope import Scope
 
@@ -124,12 +124,17 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
             break
         if i < len(names):
             args.append((names[i], a))
-    for kw in call.keywords:
-        if kw.arg in names:
-            args.append((kw.arg, kw.value))
+    keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
+    for kw in call.keywords:  # ``kernel[grid](..., **kwargs)`` with kwargs a dict literal in scope
+        if kw.arg is None:
+            keywords += _star_keywords(kw.value, scope)
+    for name, value in keywords:
+        if name in names:
+            args.append((name, value))
     constexpr = {p.name for p in params if p.constexpr}
     values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
-    nw, ns = kwarg(call, "num_warps"), kwarg(call, "num_stages")
+    launch_kw = dict(keywords)
+    nw, ns = launch_kw.get("num_warps"), launch_kw.get("num_stages")
     return LaunchSite(
         line=call.lineno,
         grid=grid_text,
@@ -139,6 +144,21 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         num_warps=None if nw is None else _value(nw, scope, src),
         num_stages=None if ns is None else _value(ns, scope, src),
     )
+
+
+def _star_keywords(node: ast.AST, scope: Scope) -> list[tuple[str, ast.AST]]:
+    """The (name, value) pairs of ``**kwargs`` when kwargs is a dict literal or ``dict(a=...)`` the
+    scope defines (``kwargs = {"BLOCK_N": 2048, "num_warps": 1}``); nothing when it is not known."""
+    seen = 0
+    while isinstance(node, ast.Name) and node.id in scope.nodes and seen < 4:
+        node = scope.nodes[node.id]
+        seen += 1
+    if isinstance(node, ast.Dict):
+        return [(k.value, v) for k, v in zip(node.keys, node.values)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return [(kw.arg, kw.value) for kw in node.keywords if kw.arg is not None]
+    return []
 
 
 def _follow_grid(node: ast.AST, scope: Scope) -> ast.AST:
