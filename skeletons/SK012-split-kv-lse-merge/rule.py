@@ -163,6 +163,29 @@ def _split(ctx: Ctx) -> str | None:
     merge = _merge_loops(ctx)
     if merge:
         return f"the kernel merges partial results by their stored maxima ({merge[0]['max']})"
+    for r in _attention_loops(ctx):
+        bound = _pid_bound(ctx, r["line"])
+        if bound:
+            return f"the KV loop at line {r['line']} runs over a range chosen by the program id ({bound})"
+    return None
+
+
+def _pid_bound(ctx: Ctx, line: int) -> str | None:
+    """A program-id value among what the loop's range is computed from (not through loads: a
+    sequence length read at ``cu_seqlens + i_b`` depends on the batch, not on a KV split)."""
+    lp = ctx.loop_at(line)
+    if lp is None:
+        return None
+    pids = _pid_names(ctx)
+    head = re.sub(r"^\s*for\s+\w+\s+in\s+", "", lp.iter_text)
+    if set(NAME.findall(head)) & pids:
+        return f"{head.strip()[:60]}"
+    for a in ctx.closure(head, line, depth=4, through_loads=False):
+        if re.search(r"tl\.load\s*\(", a.rhs):
+            continue
+        hit = set(NAME.findall(a.rhs)) & pids
+        if hit:
+            return f"line {a.line}: {', '.join(a.targets)} = {a.rhs[:60]}"
     return None
 
 
