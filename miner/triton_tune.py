@@ -6,7 +6,8 @@ literal lists (or module constants) expanded, up to 512 configs; a module-level 
 (``configs=_DECODE_CONFIGS``) is read through its definition, ``[...] + [...]`` concatenated; a
 list built at run time (``configs=get_configs()``, a comprehension over unknown values) is kept as
 one entry ``(("text", source), ("built_at_run_time", True))``: autotuned, count unknown. ``@triton.heuristics``: the names it
-sets. ``@triton.jit(do_not_specialize=[...])``: those names.
+sets. ``@triton.jit(do_not_specialize=[...])``: those names (a module-level list named there is
+followed to its definition).
 """
 from __future__ import annotations
 
@@ -37,8 +38,7 @@ def tune_configs(fn, env: dict[str, Any], nodes=None) -> TuneConfigs:
             if isinstance(table, ast.Dict):
                 heur += [str(literal(k)) for k in table.keys if literal(k) is not None]
         elif name == "jit":
-            spec = kwarg(d, "do_not_specialize")
-            dns = tuple(str(literal(e)) for e in getattr(spec, "elts", []) if literal(e) is not None)
+            dns = tuple(_strings(kwarg(d, "do_not_specialize"), nodes))
     return TuneConfigs(tuple(autotune), keys, tuple(heur), dns)
 
 
@@ -71,6 +71,18 @@ def _configs(node: ast.AST, env: dict[str, Any], limit: int = 512, nodes=None, d
                 row.append((kw.arg, _val(kw.value, env)))
         return [tuple(row)]
     return [(("text", ast.unparse(node)[:_TEXT_CAP]),)]
+
+
+def _strings(node, nodes, depth: int = 0) -> list[str]:
+    """The names in a ``do_not_specialize`` list: a literal list, a module-level name for one, or
+    a ``+`` of those (``_SIZES + ["sxb"]``)."""
+    if node is None or depth > 4:
+        return []
+    if isinstance(node, ast.Name) and nodes is not None and isinstance(nodes.get(node.id), ast.AST):
+        return _strings(nodes.get(node.id), nodes, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _strings(node.left, nodes, depth + 1) + _strings(node.right, nodes, depth + 1)
+    return [str(literal(e)) for e in getattr(node, "elts", []) if literal(e) is not None]
 
 
 def _run_time(node: ast.AST) -> tuple:
