@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
 from skel.miner.fork_parts import map_parts
+from skel.miner.interproc import attribute_to_callers
 from skel.miner.gc_pause import gc_paused
 from skel.miner.profile import KernelProfile
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
@@ -149,7 +150,9 @@ def _analyze(path: str, text: str, language: str, parts: int
     except Exception as exc:  # a frontend bug must not stop the run: report it with the file
         return [], [], f"{language} frontend failed: {type(exc).__name__}: {exc}"
     problems = [problem for _, _, problem in rows if problem]
-    return [p for p, _, _ in rows], [f for _, fs, _ in rows for f in fs], "; ".join(problems) or None
+    profiles = [p for p, _, _ in rows]
+    findings = attribute_to_callers(profiles, [f for _, fs, _ in rows for f in fs], text)  # helpers count for callers
+    return profiles, findings, "; ".join(problems) or None
 
 
 def _findings(run, p: KernelProfile, text: str) -> tuple[list[Finding], str | None]:

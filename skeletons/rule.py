@@ -38,6 +38,7 @@ from skel.miner.detectors.base import Check, ConditionResult, Ctx, Hit
 
 SAFETIES = ("safe", "unsafe")
 REWRITE_APPLIES = "rewrite-applies"  # the pseudo-condition a confirmed evaluation may add
+KERNEL_ONLY = "kernel-level"  # the pseudo-condition a kernel-level rule reports on a helper
 KINDS = ("codemod", "template", "launch-search", "pattern")
 
 
@@ -68,6 +69,11 @@ class Rule:
     LANGUAGES: ClassVar[tuple[str, ...]] = ("triton", "cuda")
     CONDITIONS: ClassVar[Mapping[str, Callable[[Ctx], Check]]] = {}
     rewrite: ClassVar[Callable | None] = None
+    # True: the conditions read only the function's own body, so on a jit helper / __device__
+    # function they hold wherever it is inlined, and its findings count for the kernels that call
+    # it (miner/interproc.py). False: they need the kernel's grid, launch or launcher, which a
+    # helper does not have; the rule is judged on the kernels only.
+    HELPERS: ClassVar[bool] = True
 
     # -- derived metadata ----------------------------------------------------------------------
     @classmethod
@@ -108,6 +114,9 @@ class Rule:
         if not self.applies_to(ctx):
             langs = ", ".join(self.LANGUAGES)
             return (ConditionResult("language", False, f"{self.code} targets {langs}, not {ctx.p.language}"),)
+        if not self.HELPERS and ctx.p.kind == "device-function":
+            return (ConditionResult(KERNEL_ONLY, False, f"{ctx.p.name} is a helper with no grid, launch or launcher of "
+                                                        f"its own: {self.code} is judged on the kernels that call it"),)
         results = tuple(self.check(cid, ctx).result(cid) for cid in (ids or tuple(self.CONDITIONS)))
         if confirm and self.rewrite is not None and ctx.p.language == "triton" and all(r.holds for r in results):
             reason = self.confirm(ctx.source, ctx.p.name)
@@ -118,7 +127,7 @@ class Rule:
 
     def detect(self, ctx: Ctx) -> Detection:
         """Instances, and opportunities where every condition holds (never at a site already using it)."""
-        if not self.applies_to(ctx):
+        if not self.applies_to(ctx) or (not self.HELPERS and ctx.p.kind == "device-function"):
             return Detection(self.evaluate(ctx), (), ())
         results = self.evaluate(ctx)
         instances = tuple(self.instances(ctx))

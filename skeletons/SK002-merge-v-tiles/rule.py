@@ -216,6 +216,7 @@ class MergeVTiles(Rule):
     SAFETY = 'unsafe'
     LANGUAGES = LANGUAGES
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

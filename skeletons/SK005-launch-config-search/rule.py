@@ -206,6 +206,7 @@ class LaunchConfigSearch(Rule):
     KIND = "launch-search"
     LANGUAGES = LANGUAGES
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

@@ -273,6 +273,7 @@ class DoNotSpecializeShapeArgs(Rule):
     SAFETY = SAFETY
     LANGUAGES = LANGUAGES
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

@@ -167,6 +167,7 @@ class FlatGridInt64Offsets(Rule):
 
     SAFETY = "safe"  # of the method docs.md describes (no automatic rewrite)
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

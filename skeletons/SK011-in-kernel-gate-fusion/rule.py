@@ -191,6 +191,7 @@ class InKernelGateFusion(Rule):
 
     SAFETY = "unsafe"  # of the method docs.md describes (no automatic rewrite)
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

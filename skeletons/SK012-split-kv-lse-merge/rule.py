@@ -297,6 +297,7 @@ class SplitKvLseMerge(Rule):
     SAFETY = "unsafe"  # of the method docs.md describes (no automatic rewrite)
     KIND = "template"
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)
