@@ -22,16 +22,19 @@ _COMMENT = {"triton": re.compile(r"#.*$"), "cuda": re.compile(r"//.*$")}
 
 
 def attribute_to_callers(profiles: list[KernelProfile], findings: list, text: str) -> list:
-    helpers = {p.name: p for p in profiles if p.kind == "device-function"}
+    helpers = {p.name.split("::")[-1]: p for p in profiles if p.kind == "device-function"}
     if not helpers or not findings:
         return findings
     lines = text.splitlines()
-    call = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(helpers))) + r")\s*(?:<[^<>;]*>)?\s*\(")
-    calls = {p.name: _calls(p, lines, call) for p in profiles}  # name -> [(callee, line)]
+    names = "|".join(map(re.escape, sorted({n.split("::")[-1] for n in helpers})))
+    # Triton: a bare call; CUDA: also qualified (math::f, ns::f<T>(...)), never a member (x.f())
+    call = re.compile(r"(?<![\w.])(?:\w+::)*(" + names + r")\s*(?:<[^<>;]*>)?\s*\(")
+    calls = {p.name.split("::")[-1]: _calls(p, lines, call) for p in profiles}  # name -> [(callee, line)]
     by_helper: dict[str, list] = {}
     for f in findings:
-        if f.kernel in helpers:
-            by_helper.setdefault(f.kernel, []).append(f)
+        short = f.kernel.split("::")[-1]
+        if short in helpers and helpers[short].name == f.kernel:
+            by_helper.setdefault(short, []).append(f)
     if not by_helper:
         return findings
     from skel.catalog.store import Finding  # the store owns the record type
@@ -41,7 +44,7 @@ def attribute_to_callers(profiles: list[KernelProfile], findings: list, text: st
     for p in profiles:
         if p.kind == "device-function":
             continue
-        for helper, line, chain in _reachable(p.name, calls, helpers):
+        for helper, line, chain in _reachable(p.name.split("::")[-1], calls, helpers):
             for f in by_helper.get(helper, ()):
                 key = (p.name, f.skeleton, f.kind, line)
                 if key in have:
@@ -59,7 +62,7 @@ def _calls(p: KernelProfile, lines: list[str], pattern: re.Pattern) -> list[tupl
     out = []
     for ln in range(p.line + 1, min(p.end_line, len(lines)) + 1):
         for m in pattern.finditer(strip.sub("", lines[ln - 1])):
-            if m.group(1) != p.name:
+            if m.group(1) != p.name.split("::")[-1]:
                 out.append((m.group(1), ln))
     return out
 
