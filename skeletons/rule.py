@@ -134,7 +134,12 @@ class Rule:
         if not all(r.holds for r in results):
             return Detection(results, instances, ())
         used = {h.line for h in instances}
-        return Detection(results, instances, tuple(h for h in self.sites(ctx) if h.line not in used))
+        sites = tuple(h for h in self.sites(ctx) if h.line not in used)
+        contract = ctx.file.exact_contract if self.SAFETY == "unsafe" else None
+        if contract:  # the rewrite changes rounding where the code promises bit-exact results: say so
+            note = (("caveat", f"the file states a bit-exact contract ({contract}); this rewrite changes rounding"),)
+            sites = tuple(Hit(h.line, h.end_line, h.params + note) for h in sites)
+        return Detection(results, instances, sites)
 
     # -- the rewrite, as the one judge of applicability where there is one ----------------------
     def confirm(self, source: str, kernel: str, options=None) -> str | None:

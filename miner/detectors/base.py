@@ -78,6 +78,8 @@ _TOP_DEF = re.compile(r"^def\s")
 _NAME_EQ = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
 _NOT_ASSIGN = ("if ", "elif ", "for ", "while ", "return ", "def ", "@")  # statements _ASSIGN may match
 _TARGET = re.compile(r"[A-Za-z_][\w\.]*")
+_EXACT = re.compile(r"bit[- ]?exact|bit[- ]for[- ]bit|bitwise[- ](?:identical|equal|exact|parity)|bit[- ]identical|"
+                    r"torch\.equal\(|assert_equal\(|byte[- ]identical", re.I)
 _CPP_DECL = re.compile(r"^\s*((?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+)([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
@@ -156,6 +158,15 @@ class FileText:
             self.cache[key + ":lines"] = [i for i, _ in rows]
         at = self.cache[key + ":lines"]
         return rows[bisect.bisect_left(at, lo):bisect.bisect_left(at, hi)]
+
+    @cached_property
+    def exact_contract(self) -> str | None:
+        """Where the file states that results must match bit for bit (``bit-exact``, ``bitwise
+        identical``, ``torch.equal``): "line N: text", or None. Rounding rewrites there need a caveat."""
+        for i, raw in enumerate(self.lines, 1):
+            if _EXACT.search(raw):
+                return f"line {i}: {raw.strip()[:120]}"
+        return None
 
     @cached_property
     def _assign_lines(self) -> dict[str, list[int]]:
