@@ -16,6 +16,7 @@ import re
 
 from skel.device import device_profile
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helpers import terms as _terms
 from skel.skeletons.rule import Rule, folder_code
 
 CODE = folder_code(__file__)
@@ -86,6 +87,10 @@ def _softmax_loops(ctx: Ctx) -> list[dict]:
             continue
         loaded = _loaded(ctx, lp.line, lp.end_line)
         maxed = set(NAME.findall(run.rhs)) - set(run.targets) - {"tl", "maximum", "max", "fmaxf", "axis"}
+        # partial maxima are loaded scalars maximised as they are (tl.maximum(lse_i, m)); a block
+        # reduction inside the max (tl.max(logits)) is a softmax over loaded data, not a merge
+        reduced = bool(re.search(r"(?:tl\.)?max\s*\(", run.rhs[MAX_CALL.search(run.rhs).end():])) or any(
+            set(a.targets) & maxed and re.search(r"(?:tl\.)?max\s*\(", a.rhs) for a in inside)
         from_loads = _derived(ctx, loaded, lp.line, lp.end_line)
         contracted = any(CONTRACTION.search(a.rhs) and set(a.targets) & maxed for a in inside) or any(
             CONTRACTION.search(a.rhs) and set(a.targets) & _sources(ctx, maxed, lp) for a in inside)
@@ -94,7 +99,8 @@ def _softmax_loops(ctx: Ctx) -> list[dict]:
         out.append({
             "line": lp.line,
             "max": f"line {run.line}: {', '.join(run.targets)} = {run.rhs}",
-            "scores_loaded": bool(maxed & from_loads) and not contracted,
+            "scores_loaded": bool(maxed & from_loads) and not contracted and not reduced,
+            "contracted": contracted,
             "weighted": weighted,
         })
     cache["loops"] = out
@@ -146,7 +152,10 @@ def _sources(ctx: Ctx, names: set[str], lp) -> set[str]:
 
 
 def _attention_loops(ctx: Ctx) -> list[dict]:
-    return [r for r in _softmax_loops(ctx) if r["weighted"] and not r["scores_loaded"]]
+    """Scores from a contraction of loaded operands (q . k), exp weights accumulating other loaded
+    values (v): attention. Scores read from memory and weighted by themselves (an entropy or a
+    loss over logits) are not."""
+    return [r for r in _softmax_loops(ctx) if r["weighted"] and r["contracted"] and not r["scores_loaded"]]
 
 
 def _merge_loops(ctx: Ctx) -> list[dict]:
@@ -170,22 +179,53 @@ def _split(ctx: Ctx) -> str | None:
     return None
 
 
+NOT_SPLIT_ROLES = {"batch", "sequence", "head", "batch-head", "sequence-head", "v-tile", "k-tile", "t-tile", "m-tile", "n-tile"}
+
+
+def _split_ids(ctx: Ctx) -> tuple[set[str], set[str]]:
+    """(ids, stops): the raw program ids and the variables the frontend names a split or chunk
+    selector, which a KV range chosen by them splits; and the batch, sequence, head, V/K-tile
+    and query-tile variables, where a trace stops (a causal bound i_t * BT limits KV, it does not
+    split it)."""
+    ids, stops = set(), set()
+    for ax in ctx.p.program_axes:
+        roles = dict(ax.roles)
+        for n in {ax.var, *ax.derived}:
+            if roles.get(n) in NOT_SPLIT_ROLES or QUERY_TILE.match(n):
+                stops.add(n)
+            elif n == ax.var or roles.get(n) in ("split", "chunk"):
+                ids.add(n)
+    return ids, stops
+
+
 def _pid_bound(ctx: Ctx, line: int) -> str | None:
-    """A program-id value among what the loop's range is computed from (not through loads: a
-    sequence length read at ``cu_seqlens + i_b`` depends on the batch, not on a KV split)."""
+    """A split-selecting program id among what the loop's range is computed from, followed back
+    through plain arithmetic only (a value read from memory, such as a sequence length at
+    ``cu_seqlens + i_b``, ends the trace: it depends on the batch, not on a KV split)."""
     lp = ctx.loop_at(line)
     if lp is None:
         return None
-    pids = _pid_names(ctx)
+    ids, stops = _split_ids(ctx)
     head = re.sub(r"^\s*for\s+\w+\s+in\s+", "", lp.iter_text)
-    if set(NAME.findall(head)) & pids:
-        return f"{head.strip()[:60]}"
-    for a in ctx.closure(head, line, depth=4, through_loads=False):
-        if re.search(r"tl\.load\s*\(", a.rhs):
+    frontier, seen = [(n, lp.line) for n in NAME.findall(head)], set()
+    while frontier:
+        name, at = frontier.pop()
+        if (name, at) in seen or len(seen) > 64:
             continue
-        hit = set(NAME.findall(a.rhs)) & pids
-        if hit:
-            return f"line {a.line}: {', '.join(a.targets)} = {a.rhs[:60]}"
+        seen.add((name, at))
+        if name in stops:
+            continue
+        if name in ids:
+            return f"{name} (in {head.strip()[:60]})"
+        d = ctx.last_def(name, at - 1)
+        if d is None or re.search(r"tl\.load\s*\(|\[", d.rhs):
+            continue
+        rhs = d.rhs
+        if len(d.targets) > 1:  # i_v, i_t, i_bh = a, b, c: follow only this name's element
+            parts = _terms(rhs, ",") if "," in rhs else [rhs]
+            idx = d.targets.index(name) if name in d.targets else -1
+            rhs = parts[idx] if 0 <= idx < len(parts) else ""
+        frontier += [(n, d.line) for n in NAME.findall(rhs)]
     return None
 
 
@@ -203,14 +243,46 @@ def kv_loop_online_softmax(ctx: Ctx) -> Check:
     if not att:
         r = rows[0]
         why = ("its maxima are loaded partial results (a merge pass, not a KV walk)" if r["scores_loaded"] else
+               "its scores are read from memory, not computed from a query and loaded keys: a softmax or a "
+               "loss over logits, not attention over a KV sequence" if not r["contracted"] else
                "no accumulator takes the exp weights times values loaded in the loop: a softmax, loss or "
                "normaliser over one row, not attention over a KV sequence")
         return no(f"loop at line {r['line']} keeps a running max ({r['max']}) but {why}")
     return yes(f"loop at line {att[0]['line']}: {att[0]['max']}, exp weights accumulate loaded values")
 
 
+def _query_rows(ctx: Ctx) -> str | None:
+    """A program id that picks a block of query rows (``rows = pid_c * BLOCK_C + tl.arange(...)``
+    feeding a load made before the KV loop): prefill, whatever the variable is called."""
+    pids = {ax.var for ax in ctx.p.program_axes} | {n for ax in ctx.p.program_axes for n in ax.derived}
+    loops = [ctx.loop_at(r["line"]) for r in _attention_loops(ctx)]
+    first = min((lp.line for lp in loops if lp), default=None)
+    if first is None:
+        return None
+    rows = {}
+    for a in ctx.assigns:
+        if a.line < first and "arange" in a.rhs:
+            m = re.search(r"\b([A-Za-z_]\w*)\s*\*\s*[A-Za-z_]\w*", a.rhs)
+            if m and m.group(1) in pids:
+                rows.update({t: m.group(1) for t in a.targets})
+    if not rows:
+        return None
+    ptrs = {t: a.rhs for a in ctx.assigns if a.line < first for t in a.targets}
+    for mo in ctx.p.memops:
+        if mo.kind == "load" and mo.line < first:
+            text = mo.pointer + " " + " ".join(ptrs.get(n, "") for n in NAME.findall(mo.pointer))
+            hit = set(NAME.findall(text)) & set(rows)
+            if hit:
+                return rows[sorted(hit)[0]]
+    return None
+
+
 def too_few_programs_for_sms(ctx: Ctx) -> Check:
     q = sorted(n for n in _pid_names(ctx) if QUERY_TILE.match(n))
+    rows = _query_rows(ctx)
+    if rows and not q:
+        return no(f"program id {rows} picks a block of query rows (prefill), so the grid grows with the sequence "
+                  "and fills the SMs")
     if q:
         return no(f"program id {q[0]} spreads query blocks across programs (prefill), so the grid grows with the sequence and fills the SMs")
     device = device_profile()
