@@ -24,9 +24,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
 
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
     from skel.errors import UsageError
-    from skel.rewriter.apply import ApplyOptions, apply
+    from skel.pipeline.apply import ApplyOptions, apply
 
     files = sorted(p for root in a.roots for p in (root.rglob("*.py") if root.is_dir() else [root])
                    if "@triton.jit" in p.read_text(encoding="utf-8", errors="replace"))

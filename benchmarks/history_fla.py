@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.catalog.store import open_catalog
 from skel.miner.history import mine_history
 from skel.miner.history_cluster import distill

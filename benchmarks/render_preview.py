@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from skel.catalog.store import open_catalog
-from skel.rewriter.preview import standings
+from skel.pipeline.preview import standings
 
 
 def _gate(c: dict) -> dict:

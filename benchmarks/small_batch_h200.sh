@@ -16,7 +16,7 @@ export XDG_CACHE_HOME="$OUT/cache"
 . benchmarks/gpu_env.sh
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; } | tee -a "$OUT/gpu.txt"
+  date -u +%FT%TZ; } | tee -a "$OUT/gpu.txt"
 mkdir -p /tmp/work
 EX=skeletons/SK005-launch-config-search/examples
 for c in conditional_tile nested_conditional helper_tile module_constant heuristics_tile; do cp "$EX/$c.before.py" "/tmp/work/$c.py"; done
@@ -27,7 +27,9 @@ cp /tmp/site/fla/ops/gated_delta_rule/fused_recurrent.py /tmp/work/fla_gdn_decod
 list() {  # prefix, suffix, N...
   local p=$1 s=$2 out=""; shift 2; for n in "$@"; do out="$out,${p}N$n$s"; done; echo "${out#,}"
 }
-FX=$(list "" -H32-K128-V128 1 8 64 256)
+FX=$(list "" -H32-K128-V128 ${SKEL_FX_N:-1 8 64 256})  # SKEL_FX_N="1 64": fewer shapes per call
+FXC=${SKEL_FX_CANDIDATES:-8}
+N1=${SKEL_N1_ARGS:-}  # e.g. "--skeleton SK005 --max-candidates 6" to fit a device call
 run() {  # name, shapes, target, extra args...
   local name=$1 shapes=$2 target=$3; shift 3
   echo "=== $name: skel apply $target --shapes $shapes $*"
@@ -39,15 +41,15 @@ run() {  # name, shapes, target, extra args...
 }
 for job in ${@:-fx_conditional fx_nested fx_helper fx_constant fx_heuristics}; do
   case $job in
-    fx_conditional) run fx_conditional "$FX" /tmp/work/conditional_tile.py --skeleton SK005 --max-candidates 8 ;;
-    fx_nested) run fx_nested "$FX" /tmp/work/nested_conditional.py --skeleton SK005 --max-candidates 8 ;;
-    fx_helper) run fx_helper "$FX" /tmp/work/helper_tile.py --skeleton SK005 --max-candidates 8 ;;
-    fx_constant) run fx_constant "$FX" /tmp/work/module_constant.py --skeleton SK005 --max-candidates 8 ;;
-    fx_heuristics) run fx_heuristics "$FX" /tmp/work/heuristics_tile.py --skeleton SK005 --max-candidates 8 ;;
-    kda_n1) run kda_n1 "$(list "" -T1-H32-HV32-K128-V128 1 8)" /tmp/work/kda_decode.py ;;
-    gdn_n1) run gdn_n1 "$(list "" -T1-H16-HV32-K128-V128 1 8)" /tmp/work/gdn_decode.py ;;
-    fla_kda_n1) run fla_kda_n1 "$(list "" -T1-H32-HV32-K128-V128 1 8)" /tmp/work/fla_kda_decode.py ;;
-    fla_gdn_n1) run fla_gdn_n1 "$(list "" -T1-H16-HV32-K128-V128 1 8)" /tmp/work/fla_gdn_decode.py ;;
+    fx_conditional) run fx_conditional "$FX" /tmp/work/conditional_tile.py --skeleton SK005 --max-candidates $FXC ;;
+    fx_nested) run fx_nested "$FX" /tmp/work/nested_conditional.py --skeleton SK005 --max-candidates $FXC ;;
+    fx_helper) run fx_helper "$FX" /tmp/work/helper_tile.py --skeleton SK005 --max-candidates $FXC ;;
+    fx_constant) run fx_constant "$FX" /tmp/work/module_constant.py --skeleton SK005 --max-candidates $FXC ;;
+    fx_heuristics) run fx_heuristics "$FX" /tmp/work/heuristics_tile.py --skeleton SK005 --max-candidates $FXC ;;
+    kda_n1) run kda_n1 "$(list "" -T1-H32-HV32-K128-V128 1 8)" /tmp/work/kda_decode.py $N1 ;;
+    gdn_n1) run gdn_n1 "$(list "" -T1-H16-HV32-K128-V128 1 8)" /tmp/work/gdn_decode.py $N1 ;;
+    fla_kda_n1) run fla_kda_n1 "$(list "" -T1-H32-HV32-K128-V128 1 8)" /tmp/work/fla_kda_decode.py $N1 ;;
+    fla_gdn_n1) run fla_gdn_n1 "$(list "" -T1-H16-HV32-K128-V128 1 8)" /tmp/work/fla_gdn_decode.py $N1 ;;
     fla_kda_regress) run fla_kda_regress "N64-T1-H32-HV32-K128-V128,N64-T8-H32-HV32-K128-V128" /tmp/work/fla_kda_decode.py ;;
   esac
 done

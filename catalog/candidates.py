@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from skel.catalog import rows
+from skel.catalog.records import language_of
 
 CANDIDATE_RE = re.compile(r"^SKP[0-9A-F]{5}$")
 # history_repos.head of a repository whose mined state is not known to be complete (a run that was
@@ -63,9 +64,7 @@ class CandidateSkeleton:
     def targets(self) -> list[str]:
         """``cuda`` and/or ``triton``: what the files it was mined from are (CUDA edits are in the mirror's
         Python syntax, ``skel.miner.history_cuda``); ``triton`` when there are no occurrences."""
-        from skel.miner.history_cuda import is_cuda_path
-
-        kinds = {"cuda" if is_cuda_path(o["path"].split(":")[0]) else "triton" for o in self.pattern["occurrences"]}
+        kinds = {"cuda" if language_of(o["path"].split(":")[0]) == "cuda" else "triton" for o in self.pattern["occurrences"]}
         return sorted(kinds) or ["triton"]
 
     def to_json(self) -> dict:

@@ -25,9 +25,10 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from skel.catalog import schema
+from skel.catalog.records import MinedEdit
 
 FORMAT = "skel-catalog-export"
 FORMAT_VERSION = 1
@@ -210,8 +211,13 @@ class ExchangeStore:
         with self.snapshot():
             return content_digest(self._conn)
 
-    def import_records(self, records: Iterable[dict], origin: str, min_support: int | None = None) -> ImportReport:
-        """Merge ``records`` (``read_export``) into this catalog in one transaction (see the module docstring)."""
+    def import_records(self, records: Iterable[dict], origin: str,
+                       distill: Callable[[list[MinedEdit]], Iterable]) -> ImportReport:
+        """Merge ``records`` (``read_export``) into this catalog in one transaction (see the module docstring).
+
+        ``distill`` turns all history edits into the patterns of the preview candidates (the miner's
+        clustering, ``skel.miner.history_cluster.distill`` with the support the caller wants); it runs when the
+        import brought edits or promotions."""
         from skel.catalog.store import _kernel_id
         from skel.catalog.records import Finding
 
@@ -249,7 +255,7 @@ class ExchangeStore:
                     "origins": header.get("origins", []), **counts}
             self._set_meta(key, _canonical(note))
         if counts["edits_added"] or promoted:
-            self._redistill(promoted, min_support)
+            self._redistill(promoted, distill)
         return ImportReport(origin, **counts)
 
     # -- one record each --------------------------------------------------------------------------------
@@ -317,11 +323,8 @@ class ExchangeStore:
              json.dumps(r["local_names"]), json.dumps(r["edits"])))
         return found is None
 
-    def _redistill(self, promoted: list[dict], min_support: int | None) -> None:
-        from skel.miner.history_cluster import distill
-        from skel.miner.history_patterns import MIN_SUPPORT
-
-        self.store_candidates(distill(self.history_edits(), min_support=min_support or MIN_SUPPORT))
+    def _redistill(self, promoted: list[dict], distill) -> None:
+        self.store_candidates(list(distill(self.history_edits())))
         with self.transaction():
             for p in promoted:
                 self._conn.execute("UPDATE candidates SET status = 'promoted', promoted_as = ? WHERE code = ? AND "

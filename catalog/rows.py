@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from skel.catalog.damage import undecodable
-from skel.catalog.records import Finding, SourceRecord, ValidationRun, freeze
+from skel.catalog.records import Edit, Finding, KernelEdit, KernelProfile, MinedEdit, SourceRecord, ValidationRun, freeze
 
 Row = Mapping[str, Any]  # an sqlite3.Row or a dict of column -> value
 DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
@@ -40,8 +40,6 @@ def run(r: Row) -> ValidationRun:
 
 def profile(r: Row):
     """A ``kernels`` row's ``KernelProfile``."""
-    from skel.miner.profile import KernelProfile
-
     return KernelProfile.from_json(json.loads(r["profile_json"]))
 
 
@@ -54,9 +52,6 @@ def skeleton_entry(r: Row) -> dict:
 
 def mined_edit(r: Row):
     """A ``history_edits`` row's ``MinedEdit``."""
-    from skel.miner.history_edits import Edit, KernelEdit
-    from skel.miner.history_patterns import MinedEdit
-
     edits, sources = read_edits(r["edits_json"])
     ke = KernelEdit(r["path"], r["kernel"], r["line"], bool(r["jit"]), tuple(json.loads(r["local_names_json"])),
                     tuple(Edit.from_json(e) for e in edits), sources)

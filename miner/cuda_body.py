@@ -19,7 +19,7 @@ from skel.miner import cuda_ops as ops
 from skel.miner.cuda_body_ops import OpRecorder
 from skel.miner.cuda_graph import axes, base_name, first_declared, mark_time_loops, reads
 from skel.miner.cuda_graph import node_text as _t
-from skel.miner.profile import Dot, Loop, MathOp, MemOp, Param, Reduction, SharedArray
+from skel.catalog.records import Dot, Loop, MathOp, MemOp, Param, Reduction, SharedArray
 
 _AXES = {"x": 0, "y": 1, "z": 2}
 _LOOPS = {"for_statement": "for", "while_statement": "while", "do_statement": "do",

@@ -14,7 +14,7 @@ import re
 
 from skel.miner import cuda_ops as ops
 from skel.miner.cuda_graph import node_text as _t, reads
-from skel.miner.profile import Dot, MathOp, MemOp, Reduction
+from skel.catalog.records import Dot, MathOp, MemOp, Reduction
 
 _INT_TYPE = re.compile(r"\b(?:u?int(?:8|16|32|64)?_t|int|unsigned|long|short|size_t|char|bool|dim3|"
                        r"IdType|uint|index_t)\b")

@@ -21,7 +21,7 @@ from skel.miner.cuda_launch import launch_profile, launch_sites
 from skel.miner.cuda_macros import Sanitized, sanitize
 from skel.miner.cuda_positions import Covered, Positions, byte_offsets
 from skel.miner.gc_pause import gc_paused
-from skel.miner.profile import KernelProfile, Param
+from skel.catalog.records import KernelProfile, Param
 
 __all__ = ["CudaFile", "read_source", "profile_source", "profile_file", "kernel_definition_lines"]
 

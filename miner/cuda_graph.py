@@ -12,7 +12,7 @@ from collections import deque
 from operator import itemgetter
 
 from skel.miner import cuda_ops as ops
-from skel.miner.profile import Loop, ProgramAxis
+from skel.catalog.records import Loop, ProgramAxis
 
 _TIME_NAME = re.compile(r"(?:^|_)(?:seq_?len|seqlen|kv_len|kvlen|tokens?|time|steps?|kv_chunk\w*|"
                         r"chunk_size|num_kv\w*|kv_tiles?)(?:_|$)|^(?:T|L|S)$", re.I)

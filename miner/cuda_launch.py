@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from skel.miner.profile import LaunchSite, Param
+from skel.catalog.records import LaunchSite, Param
 
 
 def _text(node) -> str:

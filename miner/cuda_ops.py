@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from skel.miner.profile import MathOp
+from skel.catalog.records import MathOp
 
 # The lookahead lists the first characters of the alternatives: same matches, found without
 # trying every alternative at every offset.

@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
-from skel.miner.profile import KernelProfile, Loop, MemOp
+from skel.catalog.records import KernelProfile, Loop, MemOp
 
 _LINE = re.compile(r"@(\d+)")
 

@@ -5,7 +5,7 @@ commits count distinct occurrences (commits weigh more: one sweeping commit that
 kernels the same way is one decision, not 200) and perf_commits the commits whose message
 speaks of speed
 (speed, faster, perf, optimize, latency, a percentage, "1.3x"). Gate verdicts lower it at
-read time (numerics failures, slower-only trials) and decide admission: skel.rewriter.preview.
+read time (numerics failures, slower-only trials) and decide admission: skel.pipeline.preview.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import math
 import re
 from collections import defaultdict
 
-from skel.catalog.library import Condition
+from skel.catalog.records import Condition
 from skel.miner.history_patterns import (
     _HOLE, MAX_EDITS, MIN_SUPPORT, PERF_RE, VARIANT_MIN_SUPPORT, VARIANT_PREFIX, REDUCTIONS, Hole, MinedEdit, Occurrence, Pattern, PatternEdit,
     _Compound, compound, compound_key, meaningful, numbered,

@@ -22,48 +22,11 @@ import difflib
 from collections import defaultdict
 from dataclasses import dataclass
 
+from skel.catalog.records import Edit, KernelEdit
+
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith)
 _LIFT = (ast.Name, ast.Constant, ast.Attribute)
 MAX_CHANGED = 24  # changed statements above which a function counts as rewritten, not edited
-
-
-@dataclass(frozen=True)
-class Edit:
-    """One edit: ``replace`` (before -> after), ``insert`` (after only) or ``delete`` (before only).
-
-    ``before``/``after`` are source text (``ast.unparse``) of an expression, or of a
-    statement when ``stmt``; the old side is written with the new side's local names.
-    """
-
-    kind: str
-    before: str
-    after: str
-    line: int  # in the new file (the old file for a delete)
-    stmt: bool
-    nesting: str = ""  # enclosing loops/ifs, e.g. "for" (conditions such as "inside a loop")
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "before": self.before, "after": self.after, "line": self.line,
-                "stmt": self.stmt, "nesting": self.nesting}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Edit":
-        return cls(d["kind"], d["before"], d["after"], int(d["line"]), bool(d["stmt"]), d.get("nesting", ""))
-
-
-@dataclass(frozen=True)
-class KernelEdit:
-    """Everything one commit changed in one function of one file."""
-
-    path: str
-    kernel: str
-    line: int  # the function's def line in the new file
-    jit: bool  # decorated with a *jit* decorator (a Triton kernel or device helper)
-    local_names: tuple[str, ...]  # names bound in the function (they become name holes)
-    edits: tuple[Edit, ...]
-    # sha256 of the two file versions (text) diffed: a kernel the candidate was distilled from,
-    # so gate evidence on it is not held-out (see skel.rewriter.preview).
-    sources: tuple[str, ...] = ()
 
 
 def functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:

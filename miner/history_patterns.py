@@ -23,8 +23,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from skel.catalog.library import Condition
-from skel.miner.history_edits import Edit, KernelEdit
+from skel.catalog.records import Condition, Edit, KernelEdit, MinedEdit
 
 MIN_SUPPORT = 2  # occurrences in distinct (commit, kernel) pairs
 # Variant mining (skel.miner.variants) stores its edits under pseudo-repositories with this prefix;
@@ -36,17 +35,6 @@ PERF_RE = re.compile(r"\b(speed\w*|fast\w*|perf\w*|optimi[sz]\w*|accelerat\w*|la
                      r"|\d+(\.\d+)?\s?%|\b\d+(\.\d+)?x\b", re.IGNORECASE)
 REDUCTIONS = ("tl.sum", "tl.max", "tl.min", "tl.reduce", "tl.cumsum", "tl.argmax", "tl.argmin")
 _HOLE = "__hole_"
-
-
-@dataclass(frozen=True)
-class MinedEdit:
-    """A KernelEdit with where it came from."""
-
-    repo: str
-    commit: str
-    message: str
-    date: str
-    kernel_edit: KernelEdit
 
 
 @dataclass(frozen=True)

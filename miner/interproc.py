@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from skel.miner.profile import KernelProfile
+from skel.catalog.records import KernelProfile
 
 _COMMENT = {"triton": re.compile(r"#.*$"), "cuda": re.compile(r"//.*$")}
 
@@ -37,7 +37,7 @@ def attribute_to_callers(profiles: list[KernelProfile], findings: list, text: st
             by_helper.setdefault(short, []).append(f)
     if not by_helper:
         return findings
-    from skel.catalog.store import Finding  # the store owns the record type
+    from skel.catalog.records import Finding
 
     have = {(f.kernel, f.skeleton, f.kind, f.line) for f in findings}
     out = list(findings)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from skel.catalog.records import reported
 from skel.errors import UsageError
 from skel.miner.sourcefile import read_source
 from skel.miner.walk import language_of
@@ -99,12 +100,12 @@ def profile_target(path: str, text: str, language: str) -> list:
         raise UsageError(f"{path}: too deeply nested for the parser (RecursionError)") from None
     except Exception as exc:  # a frontend bug: name the file, as skel mine does, rather than a traceback
         raise UsageError(f"{path}: {language} frontend failed: {type(exc).__name__}: {exc}") from None
-    return [p for p in profiles if p.kind == "kernel"]
+    return reported(profiles)
 
 
 def match_file(path: str, skeleton: str | None = None, library=None, max_bytes: int | None = None) -> MatchReport:
     """Evaluate every skeleton of ``library`` (default: the shipped one), or only ``skeleton``."""
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
 
     lib = library if library is not None else load_library()
     skeletons = list(lib)
@@ -120,18 +121,18 @@ def match_file(path: str, skeleton: str | None = None, library=None, max_bytes: 
 
 
 def match_kernel(profile, text: str, skeletons) -> KernelMatch:
-    from skel.miner import detectors
+    from skel.miner import detect
     from skel.miner.detectors.base import Ctx
 
     ctx = Ctx(profile, text)
     try:
-        findings = detectors.run_detectors(profile, text, codes=[s.code for s in skeletons])
+        findings = detect.run_detectors(profile, text, library=skeletons)
     except Exception:  # sites are a convenience; the verdicts below still stand
         findings = []
     applicable, not_applicable = [], []
     for sk in skeletons:
         try:
-            results = detectors.evaluate(sk, profile, text, ctx, confirm=True)
+            results = detect.evaluate(sk, profile, text, ctx, confirm=True)
         except KeyError as exc:
             not_applicable.append(NotApplicable(sk.code, "detector", f"no detector implements {sk.code} yet ({exc})"))
             continue

@@ -23,7 +23,7 @@ from skel.miner.cache import cache_key
 from skel.miner.fork_parts import map_parts
 from skel.miner.interproc import attribute_to_callers
 from skel.miner.gc_pause import gc_paused
-from skel.miner.profile import KernelProfile
+from skel.catalog.records import KernelProfile
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
 from skel.miner.walk import Candidate, collect
 from skel.procs import die_with_parent
@@ -95,7 +95,7 @@ class _Prepared:
 # ------------------------------------------------------------------ analysis
 def _detectors():
     try:
-        from skel.miner.detectors import run_detectors
+        from skel.miner.detect import run_detectors
     except ImportError:
         return None
     return run_detectors

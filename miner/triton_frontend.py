@@ -23,7 +23,7 @@ import ast
 import re
 
 from skel.miner import dataflow
-from skel.miner.profile import (
+from skel.catalog.records import (
     Dot, KernelProfile, LaunchSite, Loop, MathOp, MemOp, ProgramAxis, Reduction,
 )
 from skel.miner.pyexpr import Source, arg, call_name, dotted, kwarg, literal

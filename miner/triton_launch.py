@@ -14,12 +14,14 @@ import bisect
 import re
 from typing import Any, Mapping
 
-from skel.miner.profile import LaunchSite, Param
+from skel.catalog.records import LaunchSite, Param
 from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text
 from skel.miner.triton_scan import LaunchScopes
 from skel.miner.triton_scope import Scope
 
 # ------------------------------------------------------------------- launches
+# A tile-size constexpr (BV, BLOCK_K, BLOCK_SIZE_N, TILE_M): what a grid built as cdiv(D, TILE) is split by.
+TILE_NAME = re.compile(r"^(B[A-Z]{1,2}|BLOCK(_[A-Z0-9]+)*|BLOCK_SIZE(_[A-Z0-9]+)*|TILE(_[A-Z0-9]+)*)$")
 _SUBSCRIPTED = re.compile(r"\b(\w+)\s*\[")
 
 
@@ -133,6 +135,10 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
             args.append((name, value))
     constexpr = {p.name for p in params if p.constexpr}
     values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
+    grid_names, meta_keys = _grid_reads(grid_node, scope)
+    passed = {n: a for n, a in keywords if n in constexpr and TILE_NAME.match(n)}
+    tiles = tuple(sorted({n for n, a in passed.items() if n in meta_keys or (isinstance(a, ast.Name) and a.id in grid_names)}
+                         | {k for k in meta_keys if k in constexpr and TILE_NAME.match(k) and k not in passed}))
     launch_kw = dict(keywords)
     nw, ns = launch_kw.get("num_warps"), launch_kw.get("num_stages")
     return LaunchSite(
@@ -143,6 +149,7 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         constexpr_values=values,
         num_warps=None if nw is None else _value(nw, scope, src),
         num_stages=None if ns is None else _value(ns, scope, src),
+        grid_tiles=tiles,
     )
 
 
@@ -159,6 +166,32 @@ def _star_keywords(node: ast.AST, scope: Scope) -> list[tuple[str, ast.AST]]:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
         return [(kw.arg, kw.value) for kw in node.keywords if kw.arg is not None]
     return []
+
+
+def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str], set[str]]:
+    """(the host names the grid is computed from, following the host's assignments (``NV = cdiv(V, BV)``,
+    ``NK, NV = cdiv(K, BK), cdiv(V, BV)``); the meta-parameters a grid lambda or function reads,
+    ``META["BV"]``)."""
+    seen, meta = 0, None
+    while isinstance(node, ast.Name) and node.id in scope.nodes and seen < 4:
+        node = scope.nodes[node.id]
+        seen += 1
+    if isinstance(node, (ast.Lambda, ast.FunctionDef)):
+        meta = node.args.args[0].arg if node.args.args else None
+        node = _follow_grid(node, scope)
+    keys = {s.slice.value for s in ast.walk(node) if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name)
+            and s.value.id == meta and isinstance(s.slice, ast.Constant) and isinstance(s.slice.value, str)}
+    out: set[str] = set()
+    todo = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != meta]
+    while todo and len(out) < limit:
+        name = todo.pop()
+        if name in out:
+            continue
+        out.add(name)
+        value = scope.nodes.get(name)
+        if value is not None and not isinstance(value, ast.FunctionDef):
+            todo += [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
+    return out, keys
 
 
 def _follow_grid(node: ast.AST, scope: Scope) -> ast.AST:

@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable
 
-from skel.miner.profile import KernelProfile, LaunchSite, Param
+from skel.catalog.records import KernelProfile, LaunchSite, Param
 from skel.miner.pyexpr import Source, dotted
 from skel.miner.triton_blocks import ModuleBlocks, Resplit
 from skel.miner.triton_launch import ModuleIndex, launch_calls, launch_lines, launch_site

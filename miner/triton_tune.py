@@ -15,7 +15,7 @@ import ast
 from collections import ChainMap
 from typing import Any
 
-from skel.miner.profile import TuneConfigs
+from skel.catalog.records import TuneConfigs
 from skel.miner.pyexpr import Unresolved, arg, call_name, dotted, evaluate, kwarg, literal
 
 _TEXT_CAP = 400

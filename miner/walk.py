@@ -15,8 +15,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-PYTHON_EXTS = frozenset({".py"})
-CUDA_EXTS = frozenset({".cu", ".cuh", ".cuhpp", ".h", ".hpp", ".hh", ".hxx", ".cc", ".cpp", ".cxx", ".inl"})
+from skel.catalog.records import language_of
+
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages-cache"})
 
 
@@ -32,15 +32,6 @@ class Candidate:
 class WalkError:
     path: str
     error: str
-
-
-def language_of(path: str) -> str | None:
-    ext = os.path.splitext(path)[1].lower()
-    if ext in PYTHON_EXTS:
-        return "triton"
-    if ext in CUDA_EXTS:
-        return "cuda"
-    return None
 
 
 def collect(paths: list[str]) -> tuple[list[Candidate], list[WalkError]]:

@@ -1,4 +1,4 @@
-"""What every rewrite returns, and where the rewrites are found.
+"""What every rewrite returns.
 
 A rewrite is a function ``(source: str, options: RewriteOptions) -> list[Rewrite]``, the
 ``rewrite`` of one skeleton folder's rule (``skeletons/SKnnn-*/rule.py``). It transforms the target's own code
@@ -73,16 +73,6 @@ class RewriteOptions:
 
 
 RewriteFn = Callable[[str, RewriteOptions], list[Rewrite]]
-
-
-def registry(library=None) -> dict[str, RewriteFn]:
-    """Every skeleton's rewrite, by code: the rules of ``library`` (default: the shipped one) that
-    have one. Found by the library loader in the skeleton folders; there is no list to keep."""
-    if library is None:
-        from skel.catalog.library import load_library
-
-        library = load_library()
-    return {sk.code: sk.rule.rewrite for sk in library if sk.rule.rewrite is not None}
 
 
 def skipped(code: str, source: str, reason: str) -> list[Rewrite]:

@@ -23,14 +23,13 @@ the search then neither prunes on it nor claims the original's value.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import libcst as cst
 
+from skel.miner.triton_launch import TILE_NAME  # one definition, shared with the miner
 from skel.rewriter import cst as C
 
-TILE_NAME = re.compile(r"^(B[A-Z]{1,2}|BLOCK(_[A-Z0-9]+)*|BLOCK_SIZE(_[A-Z0-9]+)*|TILE(_[A-Z0-9]+)*)$")
 DEPTH = 6  # helper calls deep
 
 Value = int | bool | tuple | None

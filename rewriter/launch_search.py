@@ -11,8 +11,9 @@ DESCRIPTION: at each ``kernel[grid](...)`` launch of a ``@triton.jit`` kernel of
 Pruning: a tile stays a power of two no larger than next_pow2 of the dimension it tiles (from
 ``options.shape``); the fp32 tile a program holds in registers (product of the launch's tile
 sizes) spread over ``32 * num_warps`` threads must stay within ``max_elems_per_thread``
-(default 128, ``options.extra``) and give every thread at least 4 elements; the baseline itself
-is not a variant. Ranking, two lists taken in turn:
+(default 128, ``options.extra``) and give every thread at least 4 elements (a bound applied only
+when every tile's value is known at ``options.shape``: with ``BD = next_power_of_2(D)`` and D unknown
+a partial product would prune by a wrong size); the baseline itself is not a variant. Ranking, two lists taken in turn:
 - for the largest shape (``options.shape``): closeness of elements-per-thread to 32 (what the measured
   winners use), then how few knobs change;
 - for the smallest shape (``options.small_shape``, batch 1), when the original's grid there has fewer
@@ -171,6 +172,9 @@ def _variants(launch: Launch, stmt: cst.CSTNode, budget: int, options: RewriteOp
               reasons: list[str]) -> list[Rewrite]:
     src = launch.src
     values, varied, notes = launch.tiles()
+    unknown = sorted(n for n, v in values.items() if v is None)
+    if unknown:
+        notes = [*notes, f"{', '.join(unknown)} unknown at this shape: the per-thread bound is not applied"]
     warps_arg = C.kwarg(launch.call, "num_warps")
     warps0 = launch.evaluator.value(warps_arg.value, launch.env) if warps_arg else 4
     stages_arg = C.kwarg(launch.call, "num_stages")
@@ -198,8 +202,9 @@ def _variants(launch: Launch, stmt: cst.CSTNode, budget: int, options: RewriteOp
         if all(cfg[k] == base.get(k) for k in cfg):
             continue
         tile = {**values, **{k: v for k, v in cfg.items() if k in varied}}
-        known = [v for v in tile.values() if v is not None]
-        per_thread = math.prod(known) / (32 * cfg["num_warps"]) if known else None
+        # a tile whose value is unknown at this shape leaves the per-thread size unknown: no bound prunes
+        per_thread = (math.prod(tile.values()) / (32 * cfg["num_warps"])
+                      if tile and None not in tile.values() else None)
         if per_thread is not None and not (4 <= per_thread <= budget):
             continue
         moved = sum(cfg[k] != base.get(k) for k in cfg)

@@ -18,7 +18,7 @@ defaults are the structures that won on the H200 (experiments/2026-11-29-sk002-m
 best first. The gate measures them per shape; ``options.extra`` ``sk002_variants`` (tuples
 ``(P, NS, num_warps, prefetch[, num_stages])``) replaces them. `skel apply`'s first round composes
 other skeletons with the first plan only; its second round composes them with the plan that won
-each shape bucket alone (rewriter.candidates.refine).
+each shape bucket alone (pipeline.candidates.refine).
 
 Skipped, with the reason, when: no tile offset on a program-id-derived index; the launch's
 tile covers the dimension (``BV = next_power_of_2(V)``: NV = 1); the tiles communicate

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
-from skel.catalog.library import Library, LibraryError, Skeleton, default_root, load_library
+from skel.skeletons.library import Library, LibraryError, Skeleton, default_root, load_library
 from skel.errors import UsageError
 from skel.procs import child_env
 
@@ -140,8 +140,8 @@ class SkelTools:
                 **report.to_json()}
 
     def catalog_prompt(self, path: str, budget: int | None) -> str:
-        from skel.catalog.prompt import build_brief, render_markdown
-        from skel.catalog.prompt_budget import BudgetError, fit_budget
+        from skel.pipeline.prompt import build_brief, render_markdown
+        from skel.pipeline.prompt_budget import BudgetError, fit_budget
 
         if budget is not None and budget < 1:
             raise ToolError(f"budget must be a positive number of tokens, got {budget}")

@@ -15,7 +15,7 @@ may omit ``[[conditions]]``: the rule's one condition is ``matches-pattern``.
 """
 from __future__ import annotations
 
-from skel.catalog.library import Condition
+from skel.catalog.records import Condition
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.rewriter.base import RewriteOptions
 from skel.rewriter.pattern import CONSTRAINTS, apply_pattern, pattern_problem

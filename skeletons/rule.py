@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar, Mapping
 
+from skel.catalog.records import reported
 from skel.miner.detectors.base import Check, ConditionResult, Ctx, Hit
 
 SAFETIES = ("safe", "unsafe")
@@ -210,6 +211,7 @@ def _no_opportunity(cls: type[Rule], source: str, kernel: str | None) -> str | N
     profiles = _profiles(source)
     if isinstance(profiles, str):
         return None  # does not parse: the rewrite reports that itself, as a failed value
+    profiles = reported(profiles)  # the kernels (or the helpers of a file without one), as match reports
     rule = cls()
     first = None
     for p in profiles:

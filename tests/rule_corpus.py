@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from skel.catalog.library import default_root, load_library
+from skel.catalog.records import reported
+from skel.skeletons.library import default_root, load_library
 from skel.rewriter.base import RewriteOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ def verdicts(path: str) -> dict[str, tuple[bool, bool, str]]:
     from skel.miner.detectors.base import Ctx
 
     text = Path(path).read_text(encoding="utf-8")
-    profiles = [p for p in profile_source(text, path) if p.kind == "kernel"]
+    profiles = reported(profile_source(text, path))  # as skel match reports them
     out = {}
     for sk in load_library():
         rule = sk.rule()

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.cli import main
 from skel.errors import UsageError
-from skel.rewriter.apply import ApplyOptions, CandidateOutcome, _write_output
-from skel.rewriter.dispatch import build_dispatch
-from skel.rewriter.select import bucket_of, choose_winners, settle
-from skel.rewriter.targets import bind_target
+from skel.pipeline.apply import ApplyOptions, CandidateOutcome, _write_output
+from skel.pipeline.dispatch import build_dispatch
+from skel.pipeline.select import bucket_of, choose_winners, settle
+from skel.pipeline.targets import bind_target
 
 import skel.kernels
 
@@ -84,7 +84,7 @@ def test_a_user_harness_judges_a_kernel_skel_does_not_know(fla_corpus, tmp_path,
     [cand] = data["candidates"]
     assert cand["skeletons"] == ["SK002"] and cand["numerics_passed"] is True and not cand["accepted"]
     # the harness declares no dims: the ones a dispatch on shape needs are read off its ci inputs, when needed
-    from skel.rewriter.targets import dispatch_dims
+    from skel.pipeline.targets import dispatch_dims
 
     binding = bind_target(target, target.read_text(), harness)
     dims, note = dispatch_dims(binding)
@@ -246,9 +246,9 @@ def test_close_qualifiers_meet_head_to_head():
 def test_run_offs_are_recorded_as_evidence(tmp_path):
     """A run-off is a verdict too: stored for the challenger's skeletons, against the leader, under a metric
     and verdicts of its own that the prompt does not count as wins or losses over the original."""
-    from skel.catalog.prompt import LOSS_VERDICTS, WIN_VERDICTS, _measurements
+    from skel.pipeline.prompt import LOSS_VERDICTS, WIN_VERDICTS, _measurements
     from skel.catalog.store import open_catalog
-    from skel.rewriter.apply import ApplyResult, _record
+    from skel.pipeline.apply import ApplyResult, _record
 
     gate = {"dtype": "bfloat16", "shapes": []}  # their own verdicts are recorded as always; here only the run-off
     lead = dataclasses.replace(_outcome("SK001+SK002", []), skeletons=("SK001", "SK002"), gate=gate)
@@ -271,9 +271,9 @@ def test_run_offs_are_recorded_as_evidence(tmp_path):
 
 def test_dispatch_file_passes_the_gate(tmp_path):
     """Two variants behind a dispatch on T: the emitted file is judged like any candidate."""
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
     from skel.rewriter.base import RewriteOptions
-    from skel.rewriter.candidates import enumerate_candidates
+    from skel.pipeline.candidates import enumerate_candidates
     from skel.validate.gate import validate
 
     src = KDA.read_text()
@@ -331,7 +331,7 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     else (binding, candidates, selection, output) is the real code."""
     import dataclasses
 
-    import skel.rewriter.apply as A
+    import skel.pipeline.apply as A
     from skel.validate.result import PerfResult, ShapeVerdict, Timing
 
     gdn = KERNELS / "gdn_decode" / "kernel.py"
@@ -407,7 +407,7 @@ def test_second_round_leaves_out_a_skeleton_that_blocks_the_winner():
     """SK002's prefetch leaves SK003 nothing to hoist: composed on top of an SK003 winner, SK002 is left
     out rather than the whole second round; a winner that nothing can be added to says so."""
     from skel.rewriter.base import RewriteOptions
-    from skel.rewriter.candidates import enumerate_candidates, refine
+    from skel.pipeline.candidates import enumerate_candidates, refine
 
     src = (KERNELS / "gdn_decode" / "kernel.py").read_text()
     codes, lib, opts = ["SK001", "SK002", "SK003", "SK006", "SK014"], load_library(), RewriteOptions(max_variants=10)
@@ -422,7 +422,7 @@ def test_second_round_leaves_out_a_skeleton_that_blocks_the_winner():
 def test_a_candidate_the_entry_never_launches_is_reported_not_judged():
     """A rewrite of a backward kernel judged through the forward launcher would pass as "unchanged":
     apply says which launcher reaches it instead."""
-    from skel.rewriter.apply import _missed_by_entry
+    from skel.pipeline.apply import _missed_by_entry
 
     src = (
         "import triton\nimport triton.language as tl\n\n\n"
@@ -472,7 +472,7 @@ def test_a_candidate_is_judged_only_on_what_its_launcher_runs():
     """A rewrite of the whole file judged through f1: the changes to f2 and its kernel k2 (which f1 never
     runs, so the gate never exercises them) are restored to the original; those to k1, its launch in f1
     and the jitted helper k1 calls stay. A change to the helper alone is judged through f1, not missed."""
-    from skel.rewriter.apply import _missed_by_entry, restrict_to_entry
+    from skel.pipeline.apply import _missed_by_entry, restrict_to_entry
 
     cand = (TWO_LAUNCHERS.replace("x * 2", "x + x").replace("tl.load(x) + 1", "1 + tl.load(x)")
             .replace("BLOCK=4", "BLOCK=8").replace("k2[(1,)](x)", "k2[(2,)](x)"))
@@ -526,7 +526,7 @@ def test_each_launcher_of_a_file_is_a_stage_of_its_own(tmp_path, monkeypatch):
     """Two launchers, two kernels, no --entry: apply judges each kernel through its own launcher, in
     turn, on the CPU (interpreter numerics, nothing accepted); each stage's candidate changes only what
     its launcher runs, though the rewrite (SK001) touched both kernels."""
-    import skel.rewriter.apply as A
+    import skel.pipeline.apply as A
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     target = tmp_path / "norms.py"
@@ -550,7 +550,7 @@ def test_a_later_stage_starts_from_what_the_earlier_one_accepted(tmp_path, monke
     """With a (stood-in) GPU that finds every candidate faster: stage 2 judges norm_b's candidates against
     the file as stage 1 left it (norm_a's kernel rewritten), in the target's own folder, never touching
     what stage 1 judged; the output holds both stages' rewrites."""
-    import skel.rewriter.apply as A
+    import skel.pipeline.apply as A
     from skel.validate.result import PerfResult, ShapeVerdict, Timing
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

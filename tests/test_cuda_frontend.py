@@ -16,7 +16,7 @@ import pytest
 from skel.miner.cuda_frontend import kernel_definition_lines, profile_file, profile_source
 from skel.miner.cuda_macros import sanitize
 from skel.miner.dataflow import loop_invariant_loads
-from skel.miner.profile import KernelProfile
+from skel.catalog.records import KernelProfile
 
 DECODE = r"""
 #include <cuda_bf16.h>

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from skel.catalog.library import default_root, load_library
-from skel.miner.detectors import ConditionResult, evaluate, run_detectors
+from skel.skeletons.library import default_root, load_library
+from skel.miner.detect import ConditionResult, evaluate, run_detectors
 
 DETECTORS = {sk.code: sk.rule for sk in load_library()}  # every rule of the shipped library
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 
 rewrite = load_library().get("SK015").rule.rewrite.raw  # the codemod alone
 from skel.validate.numerics import poisoned_allocations

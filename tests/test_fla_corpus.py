@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skel.miner.detectors import evaluate, run_detectors
+from skel.miner.detect import evaluate, run_detectors
 from skel.miner.triton_frontend import profile_source
 
 KDA_DECODE = "fla/ops/kda/fused_recurrent.py"

@@ -1,4 +1,4 @@
-"""Golden tests generated from every skeleton folder (``skel.catalog.golden``): fires on
+"""Golden tests generated from every skeleton folder (``skel.skeletons.golden``): fires on
 examples/before.py and not on examples/after.py; rewrite(before) == after; re-applied, nothing.
 (The numerics of before/after in the interpreter: tests/test_skeleton_examples.py.)
 
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from skel.catalog.golden import check_golden
-from skel.catalog.library import load_library
+from skel.skeletons.golden import check_golden
+from skel.skeletons.library import load_library
 
 KNOWN = {
-    "SK004": "the conditions do not see that a running max of scaled logits is itself scaled, and the "
-             "rewrite multiplies each exp argument by log2(e) instead of folding it into the logits' scale "
-             "as after.py does (a log-domain rewrite the codemod does not implement)",
 }
 
 

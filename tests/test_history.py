@@ -10,7 +10,7 @@ import pytest
 
 import history_repo as hr
 from skel.catalog import schema
-from skel.catalog.library import load_skeleton
+from skel.skeletons.library import load_skeleton
 from skel.catalog.store import open_catalog
 from skel.cli import main
 from skel.miner.history import mine_history
@@ -176,7 +176,7 @@ def test_cli_list_preview_shows_candidates_and_promote_writes_a_checked_folder(r
     assert main(["catalog", "list", "--status", "stable", "--catalog", str(db), "--json"]) == 0
     assert all(e.get("origin") != "history" for e in json.loads(capsys.readouterr().out))
 
-    from skel.catalog.promote import next_code
+    from skel.skeletons.promote import next_code
 
     new_code = next_code(lib)  # the library's next free code (SK016 with SK001-SK015 shipped)
     assert main(["catalog", "promote", code, "--catalog", str(db), "--library", str(lib)]) == 0
@@ -186,8 +186,8 @@ def test_cli_list_preview_shows_candidates_and_promote_writes_a_checked_folder(r
     assert [p.line for p in sk.provenance] == [10, 19, 29]
     # the promoted folder is a runnable rule, with no hand edit: its golden checks pass (fires on its
     # before.py, rewrite(before) == after) and it applies to a kernel it was not distilled from
-    from skel.catalog.golden import check_golden
-    from skel.catalog.library import load_library
+    from skel.skeletons.golden import check_golden
+    from skel.skeletons.library import load_library
 
     promoted = load_library(lib).get(new_code)
     assert check_golden(promoted) == []

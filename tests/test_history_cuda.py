@@ -136,7 +136,7 @@ def test_cuda_variants_align_and_diff_like_triton(tmp_path):
 
 
 def test_a_cuda_candidate_promotes_as_a_cuda_skeleton(repo, tmp_path):
-    from skel.catalog.promote import render
+    from skel.skeletons.promote import render
     from skel.commands.catalog_preview import engine_problem
     from skel.catalog.store import open_catalog
 

@@ -155,20 +155,20 @@ def test_select_device_names_the_gpu(monkeypatch):
 
 
 def test_small_batch_is_a_bucket_of_its_own():
-    from skel.rewriter.select import bucket_of
+    from skel.pipeline.select import bucket_of
 
-    assert bucket_of("N1-T1-H32") == bucket_of("N8-T1-H32") == "N8-T1-H32"
+    assert bucket_of("N1-T1-H32") == "N1-T1-H32" and bucket_of("N8-T1-H32") == "N8-T1-H32"
     assert bucket_of("N32-T1-H32") == bucket_of("N256-T1-H32") == "T1-H32"
     assert bucket_of("N64-T8-H32") == "T8-H32"
 
 
 def test_a_dispatch_splits_small_batch_first_and_keeps_the_original_where_nothing_won(tmp_path):
-    """Winners for N <= 8 at T = 1 (SK005), for the other T = 1 shapes (SK001), and the original at T = 3:
-    the dispatch reads N and T, and the file passes the numerics gate at the ci shapes."""
-    from skel.catalog.library import load_library
-    from skel.rewriter.candidates import enumerate_candidates
-    from skel.rewriter.dispatch import build_dispatch
-    from skel.rewriter.targets import bind_target
+    """Winners at N = 1 and T = 1 (SK005), N = 8 (the original), the other T = 1 shapes (SK001), and the original
+    at T = 3: the dispatch reads N and T, and the file passes the numerics gate at the ci shapes."""
+    from skel.skeletons.library import load_library
+    from skel.pipeline.candidates import enumerate_candidates
+    from skel.pipeline.dispatch import build_dispatch
+    from skel.pipeline.targets import bind_target
     from skel.validate.gate import validate
 
     kda = Path(__file__).resolve().parents[1] / "kernels" / "kda_decode" / "kernel.py"
@@ -176,10 +176,13 @@ def test_a_dispatch_splits_small_batch_first_and_keeps_the_original_where_nothin
     cs = enumerate_candidates(src, ["SK001", "SK005"], load_library(), RewriteOptions(shape=(("K", 32), ("V", 64))), True)
     one = next(c for c in cs.candidates if c.skeletons == ("SK001",))
     two = next(c for c in cs.candidates if c.skeletons == ("SK005",))
-    out = build_dispatch(src, [("N8-T1-K32", two.source), ("T1-K32", one.source), ("T3-K32", src)], bind_target(kda, src))
+    out = build_dispatch(src, [("N1-T1-K32", two.source), ("N8-T1-K32", src), ("T1-K32", one.source), ("T3-K32", src)],
+                         bind_target(kda, src))
     body = out.split("def kda_decode(")[1]
-    assert "    if N <= 8:\n        return kda_decode_skel_v1(" in body
-    assert "    else:\n        if T <= 2:\n            return kda_decode_skel_v2(" in body
+    assert "    if N <= 8:\n        if N <= 4:\n            return kda_decode_skel_v1(" in body
+    assert "        else:\n            return kda_decode_skel_v2(" in body
+    assert "    else:\n        if T <= 2:\n            return kda_decode_skel_v3(" in body
+    assert "        else:\n            return kda_decode_skel_v4(" in body
     path = tmp_path / "dispatch.py"
     path.write_text(out)
     result = validate("kda_decode", path, shapes="ci", device="cpu", seeds=(0,))

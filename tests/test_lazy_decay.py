@@ -13,7 +13,7 @@ import torch
 
 from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
 from skel.rewriter.sk002_merge_tiles import merge_tiles
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 
 lazy = load_library().get("SK014").rule.rewrite.raw  # the codemod alone
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skel.catalog.library import DOC_HEADINGS, LibraryError, check_library, default_root, load_library
+from skel.skeletons.library import DOC_HEADINGS, LibraryError, check_library, default_root, load_library
 from skel.cli import main
 
 REQUIRED_KEYS = {"code", "name", "category", "conditions", "transformation", "constraints", "evidence", "provenance"}

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.cli import main
 from skel.miner.match import match_file
 
@@ -70,11 +70,23 @@ def test_text_output(fla_corpus, capsys):
     assert "+ divides-by-sqrt: line 157" in out
 
 
-def test_file_without_kernels(tmp_path, capsys):
+def test_file_without_kernels_reports_its_jit_helpers(tmp_path, capsys):
+    # a file of @triton.jit helpers and no kernel: the rules are evaluated on the helpers, as the agent
+    # prompt does and as a rule's gated rewrite runs on them (records.reported)
     f = tmp_path / "helpers.py"
     f.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\ndef helper(x):\n    return x * 2\n")
     rc, out = run_json(["match", str(f)], capsys)
-    assert (rc, out) == (0, {"kernels": []})  # a jit device function is not a kernel
+    assert rc == 0 and [k["name"] for k in out["kernels"]] == ["helper"] and out["kernels"][0]["applicable"] == []
+    g = tmp_path / "norm_helper.py"
+    g.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\ndef l2norm(x):\n"
+                 "    x = x.to(tl.float32)\n    return x / tl.sqrt(tl.sum(x * x) + 1e-6)\n")
+    rc, out = run_json(["match", str(g), "--skeleton", "SK001"], capsys)
+    assert rc == 1 and [a["skeleton"] for a in out["kernels"][0]["applicable"]] == ["SK001"]
+
+
+def test_file_without_jit_functions(tmp_path, capsys):
+    f = tmp_path / "plain.py"
+    f.write_text("import triton\n\ndef host(x):\n    return x * 2\n")
     assert main(["match", str(f)]) == 0
     assert "no kernels found" in capsys.readouterr().out
 

@@ -20,7 +20,7 @@ from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from skel.catalog.prompt import estimate_tokens  # noqa: E402
+from skel.pipeline.prompt import estimate_tokens  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = "skeletons/SK001-rsqrt-for-norm-division/examples/before.py"  # relative to the server's cwd

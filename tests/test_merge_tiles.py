@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from skel.rewriter.base import RewriteOptions, registry
+from skel.pipeline.candidates import registry
+from skel.rewriter.base import RewriteOptions
 from skel.rewriter.sk002_merge_tiles import DEFAULT_PLANS, merge_tiles
 
 ROOT = Path(__file__).resolve().parents[1]

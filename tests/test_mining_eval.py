@@ -21,11 +21,12 @@ _spec.loader.exec_module(mining_eval)
 # files whose labels exercise the fixed classes; one corpus each, small wheels first
 SUBSET = {
     "liger-kernel==0.8.5": ("liger_kernel/ops/jsd.py", "liger_kernel/ops/grpo_loss.py", "liger_kernel/ops/swiglu.py",
-                            "liger_kernel/ops/softmax.py", "liger_kernel/ops/cross_entropy.py"),
+                            "liger_kernel/ops/softmax.py", "liger_kernel/ops/cross_entropy.py", "liger_kernel/ops/rms_norm.py",
+                            "liger_kernel/ops/layer_norm.py"),
     "fla-core==0.6.0": ("fla/ops/attn/decoding.py", "fla/modules/fused_cross_entropy/ops.py",
                         "fla/ops/gated_delta_rule/fused_recurrent.py"),
 }
-FIXED = ("SK009", "SK011", "SK012", "SK013")
+FIXED = ("SK001", "SK009", "SK011", "SK012", "SK013")
 
 
 def _label(kernel="k", code="SK012", kind="none", file="a.py"):
@@ -33,13 +34,13 @@ def _label(kernel="k", code="SK012", kind="none", file="a.py"):
 
 
 def _finding(kernel="k", code="SK012", kind="opportunity"):
-    from skel.catalog.store import Finding
+    from skel.catalog.records import Finding
 
     return Finding(code, kind, "a.py", 5, 5, kernel, ())
 
 
 def test_shipped_labels_parse_and_cover_every_skeleton():
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
 
     labels = mining_eval.read_labels()
     codes = {lb.skeleton for lb in labels}

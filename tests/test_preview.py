@@ -11,12 +11,12 @@ import pytest
 
 import history_repo as hr
 import skel.kernels
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 from skel.catalog.store import ValidationRun, open_catalog
 from skel.cli import main
 from skel.miner.history import mine_history, text_hash
-from skel.rewriter.apply import ApplyOptions, apply
-from skel.rewriter.preview import BONUS_HELD_OUT, BONUS_SOURCE, PENALTY_NUMERICS, PENALTY_SLOWER, standings
+from skel.pipeline.apply import ApplyOptions, apply
+from skel.pipeline.preview import BONUS_HELD_OUT, BONUS_SOURCE, PENALTY_NUMERICS, PENALTY_SLOWER, standings
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the repositories")
 KDA = Path(skel.kernels.__file__).resolve().parent / "kda_decode" / "kernel.py"

@@ -13,8 +13,8 @@ import pytest
 
 import history_repo as hr
 from catalog_files import candidate_code, copy, quiet
-from skel.catalog.library import load_skeleton
-from skel.catalog.promote import slug
+from skel.skeletons.library import load_skeleton
+from skel.skeletons.promote import slug
 from skel.cli import main
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to build the repositories")
@@ -69,7 +69,7 @@ def test_promote_never_writes_outside_the_library_whatever_the_name(base, tmp_pa
 
 
 def test_promote_refuses_a_folder_that_is_a_link_out_of_the_library(base, tmp_path, library, capsys, monkeypatch):
-    from skel.catalog import promote
+    from skel.skeletons import promote
     from skel.errors import UsageError
 
     db = copy(base, tmp_path)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from skel.catalog.library import load_library
-from skel.catalog.prompt import build_brief, estimate_tokens, render_markdown
-from skel.catalog.prompt_budget import BudgetError, fit_budget
+from skel.skeletons.library import load_library
+from skel.pipeline.prompt import build_brief, estimate_tokens, render_markdown
+from skel.pipeline.prompt_budget import BudgetError, fit_budget
 from skel.catalog.store import Finding, SourceRecord, ValidationRun, open_catalog
 from skel.cli import main
 

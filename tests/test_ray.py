@@ -260,7 +260,7 @@ def test_task_progress_says_done_running_queued_failed():
 def test_the_roofline_is_measured_once_per_gpu_model_and_judgements_hold_one_gpu(tmp_path):
     """RemoteGate's GPU path without a GPU: a stand-in executor records what each task asked for."""
     from skel.executor import Resources
-    from skel.rewriter import remote_gate as rg
+    from skel.pipeline import remote_gate as rg
 
     class Cluster:
         calls: list = []

@@ -17,8 +17,9 @@ import zipfile
 
 import pytest
 
-from skel.catalog.library import load_library
-from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions, registry
+from skel.skeletons.library import load_library
+from skel.pipeline.candidates import registry
+from skel.rewriter.base import APPLIED, SKIPPED, RewriteOptions
 
 CASES = pathlib.Path(__file__).parent / "rewrite_cases"
 MINI = (CASES / "mini_decode.py").read_text()

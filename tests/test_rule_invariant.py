@@ -19,24 +19,6 @@ from rule_corpus import FLA_SAMPLE, ROOT, library_files, verdicts
 
 # (file relative to the repository or to fla-core, code) -> why the two still disagree
 KNOWN: dict[tuple[str, str], str] = {
-    ("skeletons/SK003-hoist-loop-invariant-loads/examples/fixtures.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
-    ("skeletons/SK004-exp2-with-log2e-folding/examples/after.py", "SK005"): "SK005's conditions do not prune by the register budget the search applies (128 fp32 tile elements per thread)",
-    ("skeletons/SK004-exp2-with-log2e-folding/examples/after.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
-    ("skeletons/SK004-exp2-with-log2e-folding/examples/before.py", "SK005"): "SK005's conditions do not prune by the register budget the search applies (128 fp32 tile elements per thread)",
-    ("skeletons/SK004-exp2-with-log2e-folding/examples/before.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
-    ("skeletons/SK005-launch-config-search/examples/after.py", "SK005"): "SK005's conditions do not see the search's own marker on its output",
-    ("skeletons/SK006-eviction-hints/examples/fixtures.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
-    ("skeletons/SK011-in-kernel-gate-fusion/examples/fixtures.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
-    ("skeletons/SK012-split-kv-lse-merge/examples/before.py", "SK005"): "SK005's conditions do not prune by the register budget the search applies (128 fp32 tile elements per thread)",
-    ("skeletons/SK012-split-kv-lse-merge/examples/before.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
-    ("skeletons/SK012-split-kv-lse-merge/examples/fixtures.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
-    ("skeletons/SK014-lazy-decay/examples/fixtures.py", "SK003"): "SK003's conditions call a load invariant whose address the rewrite sees change per iteration",
-    ("fla/ops/hgrn/fused_recurrent.py", "SK003"): "SK003's conditions call a load invariant whose address the rewrite sees change per iteration",
-    ("fla/ops/hgrn/fused_recurrent.py", "SK006"): "SK006's conditions accept a grid not built from a tile size; the rewrite finds no re-read data there",
-    ("skeletons/SK001-rsqrt-for-norm-division/examples/scale_folded.before.py", "SK001"): "SK001's conditions miss a norm division whose scale multiply the rewrite folds in (two divisions and a scale in one expression)",
-    ("skeletons/SK003-hoist-loop-invariant-loads/examples/constexpr_guards.after.py", "SK003"): "SK003's conditions do not see the rewrite's own marker ('# skel SK003') on its output",
-    ("skeletons/SK003-hoist-loop-invariant-loads/examples/constexpr_guards.after.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
-    ("skeletons/SK003-hoist-loop-invariant-loads/examples/constexpr_guards.before.py", "SK006"): "SK006's conditions do not require the launch; the rewrite needs it to know which tiles have sibling programs",
 }
 
 
@@ -89,7 +71,7 @@ def test_opportunity_iff_rewrite_produces_a_candidate(table):
 
 
 def test_every_rule_without_a_rewrite_says_so():
-    from skel.catalog.library import load_library
+    from skel.skeletons.library import load_library
 
     for sk in load_library():
         if sk.rule.rewrite is None:

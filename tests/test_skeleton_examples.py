@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from skel.catalog.library import load_library
+from skel.skeletons.library import load_library
 
 LIBRARY = load_library()
 

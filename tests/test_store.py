@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from skel.catalog import schema
-from skel.catalog.library import Condition, Constraints, Provenance, Skeleton, Transformation
+from skel.skeletons.library import Condition, Constraints, Provenance, Skeleton, Transformation
 from skel.skeletons.rule import Rule
 from skel.catalog.store import (
     CatalogError,
@@ -30,7 +30,7 @@ from skel.catalog.store import (
     resolve_catalog_path,
 )
 from skel.errors import UsageError
-from skel.miner.profile import KernelProfile, Loop, MathOp, Param, ProgramAxis
+from skel.catalog.records import KernelProfile, Loop, MathOp, Param, ProgramAxis
 
 
 # ------------------------------------------------------------------ builders

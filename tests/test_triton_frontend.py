@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from skel.miner import dataflow
-from skel.miner.profile import KernelProfile
+from skel.catalog.records import KernelProfile
 from skel.miner.triton_frontend import profile_source
 from skel.miner.triton_launch import launch_values, symbol_values
 

@@ -65,7 +65,7 @@ PATTERN_RULE = textwrap.dedent('''\
 
 
 def _docs(code: str) -> str:
-    from skel.catalog.library import DOC_HEADINGS
+    from skel.skeletons.library import DOC_HEADINGS
 
     return "\n".join([f"# {code}", ""] + [x for h in DOC_HEADINGS for x in (f"## {h}", "Text.", "")])
 

@@ -7,6 +7,7 @@ the path of a spec.py: a harness), or against a ``spec.py`` lying beside it.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import importlib.util
 import inspect
 import sys
@@ -18,18 +19,18 @@ from typing import Callable
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 
 
-def _kernels_dir() -> Path:
+def kernels_dir() -> Path:
+    """The ``kernels/`` folder: data (kernel, reference and spec files, loaded by path with
+    ``load_module``), found as the package's files; no skel module imports the families' code."""
     try:
-        import skel.kernels
-
-        return Path(skel.kernels.__file__).resolve().parent
-    except ImportError:  # running from a source tree without the package installed
+        return Path(str(importlib.resources.files("skel.kernels")))
+    except ModuleNotFoundError:  # running from a source tree without the package installed
         return KERNELS_DIR
 
 
 def families() -> tuple[str, ...]:
     """Family names under kernels/ (folders holding kernel.py and spec.py)."""
-    root = _kernels_dir()
+    root = kernels_dir()
     return tuple(sorted(p.parent.name for p in root.glob("*/spec.py") if (p.parent / "kernel.py").exists()))
 
 
@@ -53,7 +54,7 @@ class TargetError(ValueError):
 
 
 def resolve_target(target: str | Path, spec: str | Path | None = None, entry: str | None = None) -> TargetRef:
-    root = _kernels_dir()
+    root = kernels_dir()
     text = str(target)
     if not text.endswith(".py") and (root / text / "kernel.py").exists() and spec is None:
         return TargetRef(root / text / "kernel.py", root / text / "spec.py")

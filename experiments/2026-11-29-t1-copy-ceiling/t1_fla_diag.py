@@ -36,8 +36,11 @@ PLAN = (2, 1, 2, True, 1)  # P = 2, one sub-tile, 2 warps, prefetch, num_stages 
 def _compose(src: str, empty: bool) -> str:
     from skel.rewriter.base import RewriteOptions
     from skel.rewriter.sk002_merge_tiles import merge_tiles
-    from skel.rewriter.sk014_lazy_decay import rewrite as lazy
-    from skel.rewriter.sk015_empty_output import rewrite as empty_output
+    from skel.skeletons.library import load_library
+
+    lib = load_library()
+    lazy = lib.get("SK014").rule.rewrite.raw  # the codemods alone, as this probe calls them
+    empty_output = lib.get("SK015").rule.rewrite.raw
 
     steps = [lambda s: merge_tiles(s, RewriteOptions(extra=(("sk002_variants", [PLAN]),))),
              lambda s: lazy(s, RewriteOptions())] + ([lambda s: empty_output(s, RewriteOptions())] if empty else [])

@@ -23,11 +23,14 @@ sys.path.insert(0, str(HERE.parent / "2026-11-29-t1-copy-ceiling"))  # persist_p
 def gen(out: Path) -> int:
     from skel.rewriter.base import RewriteOptions
     from skel.rewriter.sk002_merge_tiles import merge_tiles
-    from skel.rewriter.sk014_lazy_decay import rewrite as lazy
+    from skel.skeletons.library import load_library
+
+    lib = load_library()
+    lazy = lib.get("SK014").rule.rewrite.raw  # the codemods alone, as this probe calls them
 
     out.mkdir(parents=True, exist_ok=True)
     src = (HERE.parents[1] / "kernels/gdn_decode/kernel.py").read_text()
-    from skel.rewriter.sk001_rsqrt import rewrite as rsqrt
+    rsqrt = lib.get("SK001").rule.rewrite.raw
 
     [r1] = rsqrt(src, RewriteOptions())  # the norm divisions as rsqrt multiplies, as in the probe's step
     assert r1.applied, r1.reason

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Iterable
 
-from skel.miner.profile import KernelProfile
+from skel.catalog.records import KernelProfile
 from skel.miner.detectors.text import names_in
 
 

@@ -73,7 +73,7 @@ def register(sub) -> None:
 
 def cmd_apply(args) -> int:
     from skel.device import select_device
-    from skel.rewriter.apply import ApplyOptions, apply, read_target_source
+    from skel.pipeline.apply import ApplyOptions, apply, read_target_source
 
     read_target_source(args.target, args.max_bytes)  # a UsageError naming the file unless it is a readable Triton source
     if args.in_place and args.output:
@@ -83,8 +83,8 @@ def cmd_apply(args) -> int:
     library = load_user_library(args)
     known = {s.code for s in library}
     unknown = [c for c in args.skeleton if c.upper() not in known]
-    if args.preview and unknown:  # SKP... codes are the catalog's preview candidates: skel.rewriter.preview
-        from skel.rewriter.preview import unknown_codes
+    if args.preview and unknown:  # SKP... codes are the catalog's preview candidates: skel.pipeline.preview
+        from skel.pipeline.preview import unknown_codes
 
         unknown = unknown_codes(unknown, known, args.catalog)
     if unknown:

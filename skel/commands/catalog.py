@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from skel.catalog.library import (
+from skel.skeletons.library import (
     CATEGORIES,
     DOC_HEADINGS,
     LIFECYCLES,
@@ -150,9 +150,10 @@ def cmd_list(args) -> int:
 
 
 def cmd_promote(args) -> int:
-    from skel.catalog import promote, store
+    from skel.catalog import store
+    from skel.skeletons import promote
     from skel.catalog.candidates import CANDIDATE_RE
-    from skel.catalog.library import CODE_RE, load_skeleton
+    from skel.skeletons.library import CODE_RE, load_skeleton
 
     root = Path(args.library[-1] if args.library else default_root())  # where the folder is written
     path = args.catalog or store.default_catalog_path()
@@ -301,8 +302,8 @@ def cmd_check(args) -> int:
     skeletons, problems = check_library(*roots)
     root = ", ".join(str(r) for r in roots)
     if args.golden:
-        from skel.catalog.golden import check_golden
-        from skel.catalog.library import LibraryProblem
+        from skel.skeletons.golden import check_golden
+        from skel.skeletons.library import LibraryProblem
 
         mine = [s for s in skeletons if len(roots) == 1 or s.folder.parent.resolve() in {r.resolve() for r in roots[1:]}]
         problems = problems + [LibraryProblem(g.path, None, "golden", g.message) for s in mine for g in check_golden(s)]

@@ -65,8 +65,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
+    import functools
+
     from skel.catalog.exchange import ExchangeError, read_export
     from skel.catalog.store import open_catalog, resolve_catalog_path
+    from skel.miner.history_cluster import distill
+    from skel.miner.history_patterns import MIN_SUPPORT
 
     target = resolve_catalog_path(args.catalog).resolve()
     for src in args.sources:
@@ -75,10 +79,11 @@ def cmd_import(args) -> int:
         if src.resolve() == target:
             raise UsageError(f"{src}: is the catalog being merged into")
     reports = []
+    redistill = functools.partial(distill, min_support=args.min_support or MIN_SUPPORT)
     with open_catalog(args.catalog) as cat:
         for src in args.sources:
             try:
-                reports.append(cat.import_records(read_export(src), str(src.resolve()), args.min_support))
+                reports.append(cat.import_records(read_export(src), str(src.resolve()), redistill))
             except ExchangeError as exc:
                 raise UsageError(str(exc)) from None
     if args.json:

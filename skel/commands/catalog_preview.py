@@ -1,7 +1,7 @@
 """Preview candidates (``SKP...``) in `skel catalog list` and `skel catalog show`.
 
 A candidate is listed with its rank after gate verdicts and whether it is admitted
-(``skel.rewriter.preview``); `show` prints its pattern, holes, conditions, provenance,
+(``skel.pipeline.preview``); `show` prints its pattern, holes, conditions, provenance,
 support and every verdict.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from skel.errors import EXIT_OK, UsageError
 
 def ranked(args) -> list:
     """[(CandidateSkeleton, Standing)] best rank first; none when the catalog does not exist yet."""
-    from skel.rewriter.preview import ranked_from
+    from skel.pipeline.preview import ranked_from
 
     return ranked_from(args.catalog)
 

@@ -1,7 +1,7 @@
 """`skel catalog prompt TARGET`: the Markdown brief a coding agent gets for one kernel file.
 
 Registered by ``skel.commands.catalog`` (it adds this action to its sub-parsers); the
-brief itself is built in ``skel.catalog.prompt`` and trimmed in ``skel.catalog.prompt_budget``.
+brief itself is built in ``skel.pipeline.prompt`` and trimmed in ``skel.pipeline.prompt_budget``.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def add_parser(verbs, common: Callable[[argparse.ArgumentParser], None]) -> None
 
 
 def cmd_prompt(args) -> int:
-    from skel.catalog.prompt import build_brief, render_markdown
-    from skel.catalog.prompt_budget import BudgetError, fit_budget
+    from skel.pipeline.prompt import build_brief, render_markdown
+    from skel.pipeline.prompt_budget import BudgetError, fit_budget
     from skel.commands.catalog import _library
 
     brief = build_brief(args.target, _library(args), args.catalog)

@@ -46,11 +46,11 @@ def load_user_library(args):
     """The shipped library plus the user's folders. A broken user folder is reported on stderr
     (file:line: field: problem) and skipped, so one bad rule does not stop the run; a problem in
     the shipped library is a UsageError."""
-    from skel.catalog.library import Library, check_library, default_root, load_library
+    from skel.skeletons.library import Library, check_library, default_root, load_library
 
     extra = library_dirs(args)
     if not extra:
-        from skel.catalog.library import LibraryError
+        from skel.skeletons.library import LibraryError
 
         try:
             return load_library()

@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def cmd_new(args) -> int:
-    from skel.catalog.scaffold import scaffold
+    from skel.skeletons.scaffold import scaffold
 
     folder = scaffold(args.spec, args.dir)
     print(f"wrote {folder}/ (skeleton.toml, rule.py, docs.md, examples/before.py, examples/after.py)")

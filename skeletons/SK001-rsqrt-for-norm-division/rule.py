@@ -21,6 +21,7 @@ Unsafe: rsqrt is an approximation with different rounding from sqrt + divide.
 """
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
@@ -75,6 +76,8 @@ def _is_reduction(ctx: Ctx, arg: str, line: int) -> str | None:
 def _reduction_evidence(ctx: Ctx, arg: str, line: int) -> str | None:
     if REDUCE_CALL.search(arg):
         return arg
+    if ctx.p.language == "triton":
+        return _scalar_reduction(ctx, arg, line, 4)
     red_lines = {r.line for r in ctx.p.reductions}
     for a in ctx.closure(arg, line, depth=3):
         if a.line in red_lines or REDUCE_CALL.search(a.rhs):
@@ -83,6 +86,51 @@ def _reduction_evidence(ctx: Ctx, arg: str, line: int) -> str | None:
         if a.op == "+=" and "*" in a.rhs and ctx.loop_at(a.line):
             return f"line {a.line}: {' '.join(a.targets)} += {a.rhs}"
     return None
+
+
+def _scalar_reduction(ctx: Ctx, expr: str, line: int, depth: int) -> str | None:
+    """Where ``expr`` (Triton, at ``line``) is one value per row computed from a reduction: built only
+    from reductions, literals and the kernel's parameters, through the variables holding them
+    (``var = tl.sum(x * x, axis=0) / D``; ``tl.sqrt(var + eps)``). A value that merely went through
+    a normalisation (``x = x / tl.sqrt(tl.sum(x * x))``, then ``tl.sqrt(x + 1.0)``) is still a vector:
+    not a norm. The evidence, else None."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    found: list[str] = []
+
+    def scalar(node: ast.AST, depth: int, at: int = line) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, (int, float))
+        if isinstance(node, ast.Call):
+            text = ast.unparse(node)
+            if REDUCE_CALL.match(text):
+                found.append(text)
+                return True
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cast"):
+                return scalar(node.func.value, depth, at)  # a cast keeps one value per row (eps.to(tl.float32))
+            return False
+        if isinstance(node, ast.BinOp):
+            return scalar(node.left, depth, at) and scalar(node.right, depth, at)
+        if isinstance(node, ast.UnaryOp):
+            return scalar(node.operand, depth, at)
+        if isinstance(node, ast.Name):
+            d = ctx.last_def(node.id, at - 1)
+            if d is None:
+                return ctx.param(node.id) is not None  # a kernel parameter: one value for the program
+            if d.op != "=" or depth <= 0 or len(d.targets) != 1:
+                return False
+            try:
+                rhs = ast.parse(d.rhs.strip(), mode="eval").body
+            except SyntaxError:
+                return False
+            if scalar(rhs, depth - 1, d.line):  # names in its right-hand side as of that line
+                found.append(f"line {d.line}: {node.id} = {d.rhs}")
+                return True
+        return False
+
+    return "; ".join(found[::-1]) if scalar(tree, depth) and found else None
 
 
 def _sites(ctx: Ctx):

@@ -3,7 +3,8 @@
 Conditions (detector):
 Opportunity: a load inside the time (sequence) loop whose address does not change across
 iterations (no loop variable, no pointer advanced in the loop) from memory the loop does not
-store to. Instance: a load before the time loop whose value the loop reads and never
+store to, and that runs every step (no runtime ``if`` inside the loop guards it; constexpr
+conditions are resolved at compile time and may be crossed). Instance: a load before the time loop whose value the loop reads and never
 reassigns. A loop-invariant load outside any loop, or inside a loop over K/V blocks (not the
 time loop), is not this skeleton.
 
@@ -66,10 +67,40 @@ def _invariant_loads(ctx: Ctx):
                 inner = ctx.loop_at(m.line)
                 if inner is not None and inner.line != lp.line and not inner.is_time_loop:
                     continue  # invariant in an inner K/V-block loop is a different question
-                if not (names_in(m.pointer) & _changed_in(ctx, lp)):
+                if not (names_in(m.pointer) & _changed_in(ctx, lp)) and _runtime_guard(ctx, m.line, lp.line) is None:
                     out.append((m, lp))
         cache["inv"] = out
     return cache["inv"]
+
+
+_BRANCH = re.compile(r"^(if|elif)\s+(.+?):\s*(?:#.*)?$|^else\s*:")
+
+
+def _runtime_guard(ctx: Ctx, line: int, stop: int) -> str | None:
+    """The first runtime (not constexpr) ``if``/``elif`` test ``line`` depends on inside the loop starting
+    at ``stop``, the earlier tests of an ``if``/``elif``/``else`` chain included (an ``elif`` runs only
+    when they fail), else None. A load under one cannot move before the loop: it may not run at all."""
+    lines = ctx.file.lines
+
+    def indent(ln: int) -> int:
+        raw = lines[ln - 1] if 1 <= ln <= len(lines) else ""
+        return len(raw) - len(raw.lstrip())
+
+    level, chain = indent(line), False
+    for ln in range(line - 1, stop, -1):
+        text = ctx.text(ln).strip()
+        if not text or text.startswith("#") or indent(ln) > level or (indent(ln) == level and not chain):
+            continue
+        m = _BRANCH.match(text)
+        if m is None:
+            chain = False
+            level = indent(ln)
+            continue
+        if m.group(2) is not None and not ctx.constexpr_test(m.group(2)):
+            return m.group(2)
+        level = indent(ln)
+        chain = m.group(1) != "if"  # an elif/else: the tests above it at this indent guard it too
+    return None
 
 
 def _aliased(ctx: Ctx, m) -> str | None:

@@ -10,6 +10,9 @@ multiply, so the log2(e) factor folds into that multiply at no extra instruction
 
 Rewrite:
 SK004: exp(x) -> exp2(x * log2(e)), the constant folded into an existing constant multiplier.
+In the log domain (every exp's argument a sum or difference of logits scaled by one constant, through
+``tl.where`` masks and running maxima, used nowhere else): ``scale * log2(e)`` once, the logits scaled
+by it, each exp an exp2 of its unchanged argument (online softmax: no multiply per exp at all).
 
 DESCRIPTION: every natural exponential in a ``@triton.jit`` function -- ``tl.exp``,
 ``tl.math.exp``, or a helper ``exp`` (imported, e.g. ``from fla.ops.utils.op import exp``,
@@ -163,7 +166,7 @@ def _is_scale(ctx: Ctx, factor: str, line: int) -> bool:
     return False
 
 
-def _scaled(ctx: Ctx, expr: str, line: int, depth: int = 6) -> bool:
+def _scaled(ctx: Ctx, expr: str, line: int, depth: int = 12) -> bool:
     """Every additive term of ``expr`` is produced by a multiply by a loop-invariant scale."""
     if depth <= 0:
         return False
@@ -342,6 +345,154 @@ def _upcast(arg: cst.BaseExpression, tl: str) -> cst.BaseExpression:
     return cst.Call(cst.Attribute(arg, cst.Name("to")), args=[cst.Arg(C.expr(f"{tl}.float32"))])
 
 
+_NEUTRAL_CALLS = {"float"}  # float("-inf"): the running max's start, -inf in any base
+
+
+def _neutral(node: cst.BaseExpression) -> bool:
+    """A literal a base change leaves alone in practice: 0, +-inf, a masking constant."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return _neutral(node.expression)
+    return isinstance(node, (cst.Integer, cst.Float)) or (
+        isinstance(node, cst.Call) and C.call_name(node) in _NEUTRAL_CALLS)
+
+
+def _linear_leaves(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of a sum / difference (``b_s - b_m_new`` -> [b_s, b_m_new])."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return _linear_leaves(node.left) + _linear_leaves(node.right)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return _linear_leaves(node.expression)
+    return [node]
+
+
+class _Domain:
+    """Log-domain folding of one kernel: the values every natural exp's argument is built from are all
+    a logit times one constant scale (``b_s = qk * scale``), carried through ``tl.where`` masks and
+    running maxima (``b_m_new = tl.maximum(b_m, tl.max(b_s, 0))``, ``b_m = b_m_new``) and used nowhere
+    else. Then ``scale * log2(e)`` is computed once, the logits are scaled by it, and each such exp is
+    an ``exp2`` of the same argument: exactly the same values in base 2, one multiply fewer per exp."""
+
+    def __init__(self, kernel: cst.FunctionDef, exps: list[cst.Call], consts: set[str]) -> None:
+        self.kernel, self.consts = kernel, consts
+        self.defs: dict[str, list] = {}
+        for small, *_ in F.walk(kernel.body.body):
+            name = F.single_target(small)
+            if name is not None and isinstance(small, (cst.Assign, cst.AugAssign)):
+                self.defs.setdefault(name, []).append(small.value if isinstance(small, cst.Assign) else None)
+        false: set[str] = set()
+        for _ in range(8):  # names assumed in the domain while a loop-carried cycle was open may fall out
+            self.scale: str | None = None
+            self.sources: list[cst.Name] = []  # the scale's Name in each ``logits * scale``
+            self.allowed: set[cst.Name] = set()  # uses of domain names that stay right in base 2
+            self.known: dict[str, bool] = {n: False for n in false}
+            self.exps = [e for e in exps if self._exp_in_domain(e)]
+            out = {n for n, v in self.known.items() if not v}
+            if out <= false:
+                break
+            false |= out
+
+    def _exp_in_domain(self, call: cst.Call) -> bool:
+        leaves = _linear_leaves(call.args[0].value)
+        names = [leaf for leaf in leaves if isinstance(leaf, cst.Name)]
+        if not names or not all(isinstance(leaf, cst.Name) or _neutral(leaf) for leaf in leaves):
+            return False
+        if all(self._name(n.value) for n in names):
+            self.allowed.update(names)
+            return True
+        return False
+
+    def _name(self, name: str) -> bool:
+        if name in self.known:
+            return self.known[name]
+        values = self.defs.get(name)
+        if not values or None in values:  # a parameter, or an augmented assignment: not a scaled logit
+            self.known[name] = False
+            return False
+        self.known[name] = True  # provisionally: a running max refers to itself through the loop
+        ok = all(self._value(v) for v in values)
+        self.known[name] = ok
+        return ok
+
+    def _value(self, node: cst.BaseExpression) -> bool:
+        if _neutral(node):
+            return True
+        if isinstance(node, cst.Name):
+            if self._name(node.value):
+                self.allowed.add(node)
+                return True
+            return False
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+            for side in (node.right, node.left):
+                if isinstance(side, cst.Name) and side.value in self.consts:
+                    if self.scale not in (None, side.value):
+                        return False  # two scales: one folded constant cannot serve both
+                    self.scale = side.value
+                    self.sources.append(side)
+                    return True
+            return False
+        if isinstance(node, cst.Call):
+            fn = C.last_part(C.call_name(node))
+            args = [a.value for a in node.args if a.keyword is None]
+            if fn in ("maximum", "minimum") and len(args) == 2:
+                return all(self._value(a) for a in args)
+            if fn in ("max", "min") and args:
+                return self._value(args[0])
+            if fn == "where" and len(args) == 3:
+                return self._value(args[1]) and self._value(args[2])
+        return False
+
+    def ok(self) -> bool:
+        """Every use of a domain name is one the base change keeps right (no store, no other arithmetic)."""
+        if not (self.exps and self.sources and self.scale):
+            return False
+        domain = {n for n, v in self.known.items() if v}
+        uses: list[cst.Name] = []
+        targets: set[cst.Name] = set()
+
+        class V(cst.CSTVisitor):
+            def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+                if isinstance(node.target, cst.Name):
+                    targets.add(node.target)
+
+            def visit_Name(self, node: cst.Name) -> None:
+                if node.value in domain:
+                    uses.append(node)
+
+        self.kernel.body.visit(V())
+        return all(u in self.allowed or u in targets for u in uses)
+
+
+def _fold_domain(kernel: cst.FunctionDef, domain: _Domain, tl: str, taken: set[str], src: C.Source,
+                 edits: dict, changes: list[Change]) -> None:
+    name, i = f"{domain.scale}_log2e", 1
+    while name in taken:
+        name, i = f"{domain.scale}_log2e_{i}", i + 1
+    taken.add(name)
+    first = min(domain.sources, key=src.line)
+    top = next(s for s in kernel.body.body if any(first is n for n in _names(s)))
+    stmt = cst.parse_statement(f"{name} = {domain.scale} * {LOG2E_LITERAL}  # log2(e) folded into the scale: "
+                               f"exp(x) == exp2(x * log2(e))\n")
+    edits[top] = (lambda s: lambda upd: cst.FlattenSentinel([s, upd]))(stmt)
+    changes.append(Change(src.line(top), f"{name} = {domain.scale} * log2(e) computed once"))
+    for n in domain.sources:
+        edits[n] = (lambda new: lambda upd: cst.Name(new))(name)
+        changes.append(Change(src.line(n), f"logits scaled by {name} instead of {domain.scale}"))
+    for call in domain.exps:
+        edits[call] = lambda upd: upd.with_changes(func=C.expr(f"{tl}.math.exp2"))
+        changes.append(Change(src.line(call), f"{C.code_of(call)} -> {tl}.math.exp2(...) of the base-2 logits"))
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n)
+
+    node.visit(V())
+    return found
+
+
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     src = C.parse(source)
     if isinstance(src, str):
@@ -353,12 +504,19 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit function (other than exp helpers)")
     edits: dict = {}
     changes: list[Change] = []
+    taken = C.names_in(src.module)
     for kernel in ks:
         defs = F.assignments(kernel)
         consts = {p.name.value for p in C.params(kernel)} - set(defs)
+        exps = [c for c in C.calls_in(kernel) if (C.call_name(c) in helpers or _is_tl_exp(c, tl))
+                and len(c.args) == 1 and not c.args[0].keyword]
+        domain = _Domain(kernel, [c for c in exps if _is_tl_exp(c, tl)], consts)
+        folded = set(domain.exps) if domain.ok() else set()
+        if folded:
+            _fold_domain(kernel, domain, tl, taken, src, edits, changes)
         for call in C.calls_in(kernel):
             is_helper = C.call_name(call) in helpers
-            if not (is_helper or _is_tl_exp(call, tl)) or len(call.args) != 1 or call.args[0].keyword:
+            if call in folded or not (is_helper or _is_tl_exp(call, tl)) or len(call.args) != 1 or call.args[0].keyword:
                 continue
             edits[call] = _edit(call, tl, consts, is_helper and F.value_dtype(call.args[0].value, defs) != "fp32")
             _, how = _fold_scale(call.args[0].value, consts)
@@ -369,7 +527,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         return C.skip(CODE, SAFETY, source, "not applicable: no natural exponential (tl.exp, tl.math.exp or an exp helper) "
                        "in any @triton.jit function")
     new = C.apply_edits(src.module, edits).code
-    return [C.applied_result(CODE, source, new, changes, f"{len(edits)} exp call(s) -> exp2 with log2(e) folded", SAFETY)]
+    n = sum(1 for c in changes if "exp2" in c.description)
+    return [C.applied_result(CODE, source, new, changes, f"{n} exp call(s) -> exp2 with log2(e) folded", SAFETY)]
 
 
 def _edit(call: cst.Call, tl: str, consts: set[str], upcast: bool):

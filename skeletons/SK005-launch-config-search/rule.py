@@ -2,8 +2,9 @@
 
 Conditions (detector):
 Opportunity: the kernel is launched in the file with a fixed launch configuration (a literal
-num_warps / num_stages, or a literal tile size such as BV = 32) and is not autotuned.
-Instance: ``@triton.autotune`` with two or more configs.
+num_warps / num_stages, or a literal tile size such as BV = 32), is not autotuned, and the file's
+launches were not already chosen by this search (its ``# skel SK005`` marker).
+Instance: ``@triton.autotune`` with two or more configs, or a launch under the search's marker.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function
+from skel.rewriter.launch_search import MARKER
 from skel.rewriter.launch_search import rewrite as _launch_rewrite
 from skel.skeletons.rule import Rule, folder_code
 
@@ -180,9 +182,27 @@ def tile_param_free_of_correctness_role(ctx: Ctx) -> Check:
     return yes(f"line {s.line}: {', '.join(f)} only partition work")
 
 
+def _marked(ctx: Ctx) -> list[int]:
+    """Lines of the file carrying the search's own marker (``# skel SK005: launch config ...``)."""
+    key = f"{CODE}:marked"
+    if key not in ctx.file.cache:
+        ctx.file.cache[key] = ([i for i, ln in enumerate(ctx.file.lines, 1) if MARKER in ln]
+                               if MARKER in ctx.source else [])
+    return ctx.file.cache[key]
+
+
+def not_already_searched(ctx: Ctx) -> Check:
+    marked = _marked(ctx)
+    if marked:
+        return no(f"line {marked[0]}: the file's launch config was already chosen by a search "
+                  f"({ctx.text(marked[0]).strip()})")
+    return yes(f"no '# {MARKER}' marker in the file")
+
+
 CONDITIONS = {
     "launch-has-tunable-constexpr": launch_has_tunable_constexpr,
     "not-autotuned": not_autotuned,
+    "not-already-searched": not_already_searched,
     "tile-param-free-of-correctness-role": tile_param_free_of_correctness_role,
 }
 
@@ -192,11 +212,14 @@ def candidates(ctx: Ctx) -> list[Hit]:
 
 
 def instances(ctx: Ctx) -> list[Hit]:
+    """An autotuned kernel, or a launch of it marked as chosen by this search."""
+    out = [Hit.at(s.line, s.line, searched=ctx.text(m).strip()) for s in ctx.p.launches
+           for m in _marked(ctx) if m < s.line and all(ctx.text(x).strip().startswith("#") for x in range(m, s.line))]
     configs = ctx.p.tune.autotune
     if len(configs) < 2 and _run_time_configs(ctx) is None:
-        return []
+        return out
     line = decorator_line(ctx, "triton.autotune") or ctx.p.line
-    return [Hit.at(line, ctx.p.line, configs=len(configs), keys=list(ctx.p.tune.autotune_keys))]
+    return [Hit.at(line, ctx.p.line, configs=len(configs), keys=list(ctx.p.tune.autotune_keys)), *out]
 
 
 class LaunchConfigSearch(Rule):

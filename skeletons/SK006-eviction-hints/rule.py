@@ -3,7 +3,9 @@
 Conditions (detector):
 Opportunity: a load or store inside a loop whose address moves every iteration (a stream:
 each element touched once by this program) and that carries no eviction policy or cache
-modifier. Instance: a memory op with an explicit eviction policy (``evict_first`` /
+modifier, in a Triton kernel launched in the file with a grid built from a tile size (which
+programs are siblings is known only from the launch; the rewrite needs it). Instance: a
+memory op with an explicit eviction policy (``evict_first`` /
 ``evict_last``) or a streaming cache modifier (``.cs``, ``__ldcs``, ``__stcs``...).
 A load outside any loop, or one that reads the same address every step, is not a stream.
 
@@ -116,6 +118,24 @@ def load_without_eviction_policy(ctx: Ctx) -> Check:
     return yes("; ".join(f"line {m.line}: {m.kind} {m.pointer}" for m in rows[:3]))
 
 
+def grid_built_from_a_tile(ctx: Ctx) -> Check:
+    """Which programs are siblings (differ only in a tile, so they re-read each other's shared rows) is
+    known from the launch: a grid built from a tile constexpr the launch passes (``LaunchSite.grid_tiles``).
+    A CUDA kernel's hints need no grid analysis here (no rewrite emits them): the condition holds."""
+    if ctx.p.language != "triton":
+        return yes("CUDA: the hints are placed by hand (no rewrite needs the grid)")
+    if not ctx.p.launches:
+        return no("launched outside this file, so which tiles have sibling programs is unknown")
+    # as the rewrite's launch_decisions.grid_tiles: a tile passed at the launch, or one the heuristics set
+    tiles = sorted({t for launch in ctx.p.launches for t in launch.grid_tiles
+                    if t in dict(launch.args) or t in ctx.p.tune.heuristics})
+    if not tiles:
+        grids = "; ".join(f"line {launch.line}: {launch.grid}" for launch in ctx.p.launches[:2])
+        return no(f"its grid is not built from a tile size the launch passes ({grids}), so no program "
+                  "re-reads another's data")
+    return yes(f"the grid is built from {', '.join(tiles)}: programs differing only in that tile are siblings")
+
+
 def has_shared_read_data(ctx: Ctx) -> Check:
     rows = [(m, sh) for m in ctx.p.memops if m.kind == "load" and (sh := _shared(ctx, m))]
     if not rows:
@@ -134,6 +154,7 @@ def has_streamed_once_data(ctx: Ctx) -> Check:
 
 CONDITIONS = {
     "load-without-eviction-policy": load_without_eviction_policy,
+    "grid-built-from-a-tile": grid_built_from_a_tile,
     "has-shared-read-data": has_shared_read_data,
     "has-streamed-once-data": has_streamed_once_data,
 }

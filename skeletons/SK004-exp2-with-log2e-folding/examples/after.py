@@ -1,4 +1,4 @@
-"""SK004 after: logits kept in base 2 (scale * log2(e) folded into one multiplier) and exponentiated with exp2."""
+"""SK004 before: online-softmax decode attention computing exp(scale * q.k - m)."""
 import torch
 import triton
 import triton.language as tl
@@ -14,17 +14,17 @@ def attn_decode_kernel(
     o_d = tl.arange(0, BD)
     m_d = o_d < D
     b_q = tl.load(q + i_bh * D + o_d, mask=m_d, other=0).to(tl.float32)
-    qk_scale = scale * 1.4426950408889634  # log2(e): exp(x) == exp2(x * log2(e))
     b_m = float("-inf")
     b_l = 0.0
     b_o = tl.zeros([BD], dtype=tl.float32)
+    scale_log2e = scale * 1.4426950408889634  # log2(e) folded into the scale: exp(x) == exp2(x * log2(e))
     for i_s in range(0, S, BS):
         o_s = i_s + tl.arange(0, BS)
         m_s = o_s < S
         p_kv = ((i_b * S + o_s[:, None]) * H + i_h) * D + o_d[None, :]
         b_k = tl.load(k + p_kv, mask=m_s[:, None] & m_d[None, :], other=0).to(tl.float32)
         b_v = tl.load(v + p_kv, mask=m_s[:, None] & m_d[None, :], other=0).to(tl.float32)
-        b_s = tl.sum(b_q[None, :] * b_k, 1) * qk_scale
+        b_s = tl.sum(b_q[None, :] * b_k, 1) * scale_log2e
         b_s = tl.where(m_s, b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, 0))
         b_r = tl.math.exp2(b_m - b_m_new)

@@ -4,10 +4,10 @@ import triton.language as tl
 
 
 @triton.jit
-def decode_v_tiles(q, v, o, w, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+def decode_v_tiles(q, v, o, w, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
-    o_k = tl.arange(0, K)
+    o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     p_q = q + (i_n * T * H + i_h) * K + o_k
     p_v = v + (i_n * T * H + i_h) * V + o_v
@@ -29,10 +29,10 @@ def decode_v_tiles(q, v, o, w, T, H: tl.constexpr, K: tl.constexpr, V: tl.conste
 
 
 @triton.jit
-def decode_hinted(q, v, o, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+def decode_hinted(q, v, o, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
-    o_k = tl.arange(0, K)
+    o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     p_q = q + (i_n * T * H + i_h) * K + o_k
     p_v = v + (i_n * T * H + i_h) * V + o_v
@@ -47,6 +47,17 @@ def decode_hinted(q, v, o, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         p_q += H * K
         p_v += H * V
         p_o += H * V
+
+
+def decode(q, v, o, w, T, H, K, V, hinted=False):
+    # the launch says which programs are siblings: the BV tiles of one (sequence, head)
+    BK, BV = triton.next_power_of_2(K), 32
+    N = q.shape[0]
+    grid = (triton.cdiv(V, BV), N * H)
+    if hinted:
+        decode_hinted[grid](q, v, o, T, H=H, K=K, V=V, BK=BK, BV=BV)
+    else:
+        decode_v_tiles[grid](q, v, o, w, T, H=H, K=K, V=V, BK=BK, BV=BV)
 
 
 @triton.jit
