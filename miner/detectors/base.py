@@ -80,6 +80,7 @@ _NOT_ASSIGN = ("if ", "elif ", "for ", "while ", "return ", "def ", "@")  # stat
 _TARGET = re.compile(r"[A-Za-z_][\w\.]*")
 _EXACT = re.compile(r"bit[- ]?exact|bit[- ]for[- ]bit|bitwise[- ](?:identical|equal|exact|parity)|bit[- ]identical|"
                     r"torch\.equal\(|assert_equal\(|byte[- ]identical", re.I)
+_EXACT_HINTS = ("xact", "XACT", "it for", "IT FOR", "itwise", "dentical", "equal(")
 _CPP_DECL = re.compile(r"^\s*((?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+)([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
@@ -163,10 +164,13 @@ class FileText:
     def exact_contract(self) -> str | None:
         """Where the file states that results must match bit for bit (``bit-exact``, ``bitwise
         identical``, ``torch.equal``): "line N: text", or None. Rounding rewrites there need a caveat."""
-        for i, raw in enumerate(self.lines, 1):
-            if _EXACT.search(raw):
-                return f"line {i}: {raw.strip()[:120]}"
-        return None
+        if not any(w in self.text for w in _EXACT_HINTS):  # plain substring scans first: most files say nothing
+            return None
+        m = _EXACT.search(self.text)
+        if m is None:
+            return None
+        i = self.text.count("\n", 0, m.start()) + 1
+        return f"line {i}: {self.lines[i - 1].strip()[:120]}"
 
     @cached_property
     def _assign_lines(self) -> dict[str, list[int]]:

@@ -42,32 +42,42 @@ def _pid_derived(ctx: Ctx) -> set[str]:
         names = set()
         for ax in ctx.p.program_axes:
             names |= {ax.var, *ax.derived, *(v for v, _ in ax.roles)}
-        changed = True
-        while changed:  # assignments, and loop variables of persistent loops (for task in range(pid, n, step))
+        rhs_names = [(a, set(_NAME.findall(a.rhs))) for a in ctx.assigns]  # parsed once, not once per pass
+        loops = [(lp.var, set(_NAME.findall(lp.iter_text))) for lp in ctx.p.loops if lp.var]
+        for _ in range(3):  # assignments, and loop variables of persistent loops (for task in range(pid, n, step))
             before = len(names)
-            for a in ctx.assigns:
-                if set(re.findall(r"[A-Za-z_]\w*", a.rhs)) & names:
-                    names |= set(a.targets)
-            for lp in ctx.p.loops:
-                if lp.var and set(re.findall(r"[A-Za-z_]\w*", lp.iter_text)) & names:
-                    names.add(lp.var)
-            changed = len(names) > before
+            for a, used in rhs_names:
+                if used & names:
+                    names.update(a.targets)
+            for var, used in loops:
+                if used & names:
+                    names.add(var)
+            if len(names) == before:
+                break
         cache["pid"] = names
     return cache["pid"]
+
+
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
     """``i_h = i_hv // (HV // H)``, ``cur_kv_head = cur_head // kv_group_num``: a head index from
     the grid divided by the group size, assigned to a head index (not a loop count such as
     ``NH = H // G``, whose numerator is a shape)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "map" in cache:
+        return cache["map"]
     out = []
-    pids = _pid_derived(ctx)
+    pids = None
     for a in ctx.assigns:
         m = GROUP_RE.search(a.rhs)
         if not m or not any(re.fullmatch(HEADISH, t, re.I) or re.search(r"head", t, re.I) for t in a.targets):
             continue
+        pids = _pid_derived(ctx) if pids is None else pids  # only for kernels with a candidate division
         if m.group("num") in pids:
             out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}"))
+    cache["map"] = out
     return out
 
 
