@@ -114,7 +114,7 @@ class Rule:
         can do (``skel match``, ``apply``, ``prompt``; mining, at corpus scale, does not confirm)."""
         if not self.applies_to(ctx):
             langs = ", ".join(self.LANGUAGES)
-            return (ConditionResult("language", False, f"{self.code} targets {langs}, not {ctx.p.language}"),)
+            return (ConditionResult("language", False, f"{self.code}'s detector reads {langs} kernels only, not {ctx.p.language}"),)
         if not self.HELPERS and ctx.p.kind == "device-function":
             return (ConditionResult(KERNEL_ONLY, False, f"{ctx.p.name} is a helper with no grid, launch or launcher of "
                                                         f"its own: {self.code} is judged on the kernels that call it"),)
