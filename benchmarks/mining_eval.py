@@ -253,7 +253,14 @@ def report(labels: list[Label], tallies: dict[str, Tally], problems: list[str], 
                   f"{len({lb.unit for lb in held})} kernels, judged by reading before skel was run on those files and "
                   f"after the fixes were made): TP {h.tp}, FP {h.fp}, FN {h.fn}, precision {_pct(h.precision)}, "
                   f"recall {_pct(h.recall)}.", ""]
-    lines += ["## Every remaining error", ""]
+    lines += [
+        "How to read it: a unit is one (kernel, skeleton, kind); precision is TP / (TP + FP) over the kinds the",
+        "miner reports on labelled pairs, recall TP / (TP + FN) over the labelled instance/opportunity kinds;",
+        "`none` labels are where any finding would be a false positive. The labels were written by the session",
+        "that fixed the detectors, most files picked while investigating the issue's error classes: the",
+        "held-out subset is the less biased figure, and it is small.",
+        "",
+        "## Every remaining error", ""]
     if not t.errors:
         lines.append("None.")
     for e in sorted(t.errors, key=lambda e: (e.label.skeleton, e.kind, e.label.file, e.label.line)):
