@@ -712,6 +712,11 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
                           ("candidate_roofline_pct", perf["candidate_roofline_pct"]),
                           ("baseline_us", perf["baseline"]["median_us"]),
                           ("candidate_us", perf["candidate"]["median_us"])]
+                extra += [(k, perf[k]) for k in ("floor_us", "baseline_floor_x", "candidate_floor_x", "regime")
+                          if perf.get(k)]
+                driver = ((cand.gate or {}).get("machine") or {}).get("driver")
+                if driver:
+                    extra.append(("driver", driver))
             else:
                 verdict = "numerics-pass" if numerics and numerics.get("passed") else "numerics-fail"
                 metric, median, low, high, unit = "numerics", None, None, None, ""
