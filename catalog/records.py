@@ -223,14 +223,6 @@ class KernelProfile:
     def constexprs(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params if p.constexpr)
 
-    def graph(self):
-        """The dataflow graph as a networkx DiGraph (built on demand)."""
-        import networkx as nx
-
-        g = nx.DiGraph()
-        g.add_edges_from(self.dataflow)
-        return g
-
     def to_json(self) -> dict:
         # Same content as dataclasses.asdict, without its deep copy of every edge tuple
         # (asdict dominated mining time: ~7 ms per kernel).
@@ -396,7 +388,7 @@ class Finding:
 class ValidationRun:
     """One gate verdict for a rewrite (one or several skeletons) of one kernel at one shape and dtype.
 
-    ``kernel`` names the target (a kernel name or a ``kernels/`` target such as "kda-decode").
+    ``kernel`` names the target (a kernel name or a ``kernels/`` target such as "kda_decode").
 
     ``median``/``ci_low``/``ci_high`` are None when nothing was measured (CPU, numerics failed):
     a number is never guessed. ``id`` is assigned by the catalog.

@@ -10,8 +10,7 @@ Node names (set by the frontends, see ``triton_body``):
 An edge ``a -> b`` means b is computed from a. Values carried around a loop's back
 edge form cycles (``p_q@219 -> p_q@219``).
 
-These helpers are pure Python (no networkx) because mining calls them per kernel;
-``KernelProfile.graph()`` gives a networkx view for anything fancier.
+These helpers are pure Python (no networkx) because mining calls them per kernel.
 """
 from __future__ import annotations
 

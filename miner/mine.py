@@ -74,6 +74,8 @@ class MineReport:
             f"mined {self.files} files in {self.seconds:.2f} s: {self.kernel_files} with kernels "
             f"({self.parsed} parsed, {self.cached} unchanged), {self.kernels} kernels, "
             f"{len(self.instances)} instances, {len(self.opportunities)} opportunities, {len(self.errors)} errors",
+            "(an instance: a kernel that already uses a skeleton's technique; an opportunity: a kernel it could be "
+            "applied to; `# skel: ignore[CODE]` comments silence opportunities)",
             f"catalog: {self.catalog}",
         ]
         if not self.detectors:
@@ -151,8 +153,28 @@ def _analyze(path: str, text: str, language: str, parts: int
         return [], [], f"{language} frontend failed: {type(exc).__name__}: {exc}"
     problems = [problem for _, _, problem in rows if problem]
     profiles = [p for p, _, _ in rows]
-    findings = attribute_to_callers(profiles, [f for _, fs, _ in rows for f in fs], text)  # helpers count for callers
+    # a helper's findings count for its callers (at the call site), then suppression comments apply
+    attributed = attribute_to_callers(profiles, [f for _, fs, _ in rows for f in fs], text)
+    by_kernel: dict[str, list[Finding]] = {}
+    for f in attributed:
+        by_kernel.setdefault(f.kernel, []).append(f)
+    grouped = [(p, by_kernel.pop(p.name, [])) for p in profiles]
+    findings = unsuppressed(text, language, grouped)
     return profiles, findings, "; ".join(problems) or None
+
+
+def unsuppressed(text: str, language: str, rows: list[tuple[KernelProfile, list[Finding]]]) -> list[Finding]:
+    """The findings, less the opportunities a suppression comment (``# skel: ignore[SK001] reason``)
+    silences; instances (a technique already used) are evidence and always kept."""
+    from skel.miner import suppress as sup
+
+    comments = sup.parse(text)
+    if not comments:
+        return [f for _, fs in rows for f in fs]
+    spans = sup.headers(text, language)
+    return [f for p, fs in rows for f in fs
+            if f.kind != "opportunity"
+            or comments.find(f.skeleton, (f.line,), sup.header_span(spans, p.line, language)) is None]
 
 
 def _findings(run, p: KernelProfile, text: str) -> tuple[list[Finding], str | None]:

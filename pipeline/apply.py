@@ -14,7 +14,6 @@ performance is "not measured", and no speedup is ever claimed.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import os
 import shutil
@@ -103,10 +102,12 @@ class ApplyResult:
     report: str | None
     notes: tuple[str, ...] = ()
     runoffs: tuple = ()  # select.Runoff: head-to-heads between close qualifiers of a bucket
+    environment: dict | None = None  # validate.environment.Environment: GPU, driver, versions, commit, date
 
     def to_json(self) -> dict:
         return {
             "target": self.target,
+            "environment": self.environment,
             "binding": self.binding,
             "device": self.device,
             "perf_measured": self.perf_measured,
@@ -263,12 +264,14 @@ def _apply_stages(options: ApplyOptions, library: Library, progress: Progress, e
         candidates=tuple(dataclasses.replace(c, label=f"{e}: {c.label}") for e, r in done for c in r.candidates),
         skipped=tuple((codes, f"{e}: {why}") for e, r in done for codes, why in r.skipped),
         winners=tuple((f"{e}: {b}", f"{e}: {c}") for e, r in done for b, c in r.winners),
-        output=str(output) if output else None, report=str(report_path(report_dir)),
+        output=str(output) if output else None, report=None if options.dry_run else str(report_path(report_dir)),
         notes=tuple(notes + [f"{e}: {n}" for e, r in done for n in r.notes]
-                    + [f"{e}: its own report is {r.report}" for e, r in done]),
+                    + [f"{e}: its own report is {r.report}" for e, r in done if r.report]),
         runoffs=tuple(x for _, r in done for x in r.runoffs),
+        environment=first.environment if first else None,
     )
-    write_report(result, report_dir)
+    if not options.dry_run:
+        write_report(result, report_dir)
     return result
 
 
@@ -332,7 +335,8 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
     report_dir = options.report_dir or Path.cwd() / f"skel-report-{path.stem}"
     work = report_dir / "candidates"  # every candidate file stays beside the report, for a person to read
     try:
-        work.mkdir(parents=True, exist_ok=True)
+        if not options.dry_run:  # a dry run writes nothing: its diffs are printed, never stored
+            work.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{report_dir}: cannot create the report folder ({exc.strerror or exc}); "
                          "choose another with --report-dir") from None
@@ -351,13 +355,13 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
                 missed = (f"not judged: it changes only {', '.join(restored)}, which {binding.entry} never runs or an"
                           " earlier stage judged")
             cand = dataclasses.replace(cand, source=text)
-        diff = unified_diff(source, cand.source, path.name)
+        diff = unified_diff(source, cand.source, path)
         cand_path = work / f"candidate_{number:02d}.py"
-        write_source(cand_path, cand.source, encoding)
         if options.dry_run:
-            return cand, diff, cand_path, CandidateOutcome(cand.skeletons, cand.label, False, None,
-                                                           "dry run: not validated", cand.unsafe, diff, cand.params,
-                                                           None, str(cand_path)), restored
+            return cand, diff, None, CandidateOutcome(cand.skeletons, cand.label, False, None,
+                                                      "dry run: not validated", cand.unsafe, diff, cand.params,
+                                                      None, None), restored
+        write_source(cand_path, cand.source, encoding)
         if restored:
             progress(f"[{step}] {cand.label}: its changes to {', '.join(restored)} are left out: the gate does not"
                      f" judge them through {binding.entry} (--entry NAME judges their launcher)")
@@ -418,9 +422,11 @@ def _apply_one(options: ApplyOptions, library: Library, progress: Progress = _st
         target=str(options.target), binding=binding.to_json(), device=device, perf_measured=perf_measured,
         applicability=applicability, candidates=tuple(outcomes), skipped=tuple(skipped),
         winners=tuple((b, o.label) for b, o in winners), output=str(output) if output else None,
-        report=str(report_path(report_dir)), notes=tuple(notes), runoffs=tuple(runoffs),
+        report=None if options.dry_run else str(report_path(report_dir)), notes=tuple(notes), runoffs=tuple(runoffs),
+        environment=_environment(options.target, device, outcomes),
     )
-    write_report(result, report_dir)
+    if not options.dry_run:
+        write_report(result, report_dir)
     if options.record and not options.dry_run:
         _record(result, binding, source, options.catalog)
     return result
@@ -533,9 +539,11 @@ def _shape_arg(shapes: str):
     return shapes
 
 
-def unified_diff(before: str, after: str, name: str) -> str:
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                        f"a/{name}", f"b/{name}"))
+def unified_diff(before: str, after: str, path) -> str:
+    """A diff ``git apply`` takes from the repository root (``skel.rewriter.diffs``)."""
+    from skel.rewriter.diffs import unified_diff as diff
+
+    return diff(before, after, path)
 
 
 def _gate(binding: TargetBinding, original: Path, candidate: Path, shapes, device: str, options: ApplyOptions,
@@ -698,35 +706,15 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
     from skel.pipeline.prompt import HEAD_TO_HEAD
     from skel.catalog.store import ValidationRun, open_catalog
 
+    from skel.validate.environment import current
+    from skel.validate.record import runs_from_gate
+
     source_hash = hashlib.sha256(source.encode()).hexdigest()
-    runs = []
-    for cand in result.candidates:
-        for shape in (cand.gate or {}).get("shapes", []):
-            perf = shape.get("perf")
-            numerics = shape.get("numerics")
-            extra = [("label", cand.label)]
-            if perf:
-                verdict, metric = perf["verdict"], "speedup"
-                median, low, high, unit = perf["speedup"], perf["speedup_low"], perf["speedup_high"], "x"
-                extra += [("baseline_roofline_pct", perf["baseline_roofline_pct"]),
-                          ("candidate_roofline_pct", perf["candidate_roofline_pct"]),
-                          ("baseline_us", perf["baseline"]["median_us"]),
-                          ("candidate_us", perf["candidate"]["median_us"])]
-                extra += [(k, perf[k]) for k in ("floor_us", "baseline_floor_x", "candidate_floor_x", "regime")
-                          if perf.get(k)]
-                driver = ((cand.gate or {}).get("machine") or {}).get("driver")
-                if driver:
-                    extra.append(("driver", driver))
-            else:
-                verdict = "numerics-pass" if numerics and numerics.get("passed") else "numerics-fail"
-                metric, median, low, high, unit = "numerics", None, None, None, ""
-            runs.append(ValidationRun(
-                skeletons=tuple(cand.skeletons), kernel=f"{binding.family}:{Path(result.target).name}",
-                shape=shape["shape"], dtype=cand.gate.get("dtype", ""), metric=metric, verdict=verdict,
-                median=median, ci_low=low, ci_high=high, unit=unit, gpu=_gpu_name(result.device),
-                torch_version=_version("torch"), triton_version=_version("triton"), source_hash=source_hash,
-                reason=cand.reason, extra=tuple(extra),
-            ))
+    env = result.environment or current(result.target, result.device, gpu=_gpu_name(result.device)).to_json()
+    env_pairs = tuple((k, v) for k, v in env.items() if k not in ("gpu", "torch", "triton", "date") and v)
+    kernel = f"{binding.family}:{Path(result.target).name}"
+    runs = [run for cand in result.candidates
+            for run in runs_from_gate(cand.gate, cand.skeletons, cand.label, kernel, source_hash, cand.reason, env)]
     by_label = {c.label: c for c in result.candidates}
     for r in result.runoffs:
         challenger, leader = by_label.get(r.challenger), by_label.get(r.leader)
@@ -740,7 +728,7 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
                 gpu=_gpu_name(result.device), torch_version=_version("torch"), triton_version=_version("triton"),
                 source_hash=source_hash, reason=f"{r.challenger} timed against {r.leader} in one judgement; kept "
                                                 f"{r.winner}: {r.why}",
-                extra=(("label", r.challenger), ("against", r.leader), ("kept", r.winner)),
+                extra=(("label", r.challenger), ("against", r.leader), ("kept", r.winner), *env_pairs),
             ))
     if not runs:
         return
@@ -748,6 +736,16 @@ def _record(result: ApplyResult, binding: TargetBinding, source: str, catalog: P
         with cat.transaction():
             for run in runs:
                 cat.record_validation(run)
+
+
+def _environment(target: Path, device: str, outcomes) -> dict:
+    """Where the verdicts were measured (``validate.environment``): the GPU and driver as the gate's workers
+    read them, versions, the target's commit and the date; reports and recorded runs carry it."""
+    from skel.validate.environment import current
+
+    machine = next((o.gate["machine"] for o in outcomes
+                    if o.gate and isinstance(o.gate.get("machine"), dict) and o.gate["machine"].get("name")), {})
+    return current(target, device, gpu=machine.get("name", ""), driver=machine.get("driver", "")).to_json()
 
 
 def _gpu_name(device: str) -> str:

@@ -71,24 +71,17 @@ class CandidateSet:
 
 def order_by_graph(codes: list[str], library: Library) -> list[str]:
     """Topological order over ``enables`` edges (stable by code otherwise)."""
-    remaining = sorted(set(codes))
-    enables = {c: set(library.get(c).enables) if library.get(c) else set() for c in remaining}
-    ordered: list[str] = []
-    while remaining:
-        ready = [c for c in remaining if not any(c in enables[o] for o in remaining if o != c)]
-        pick = (ready or remaining)[0]
-        ordered.append(pick)
-        remaining.remove(pick)
+    from skel.catalog.skeleton_graph import topological
+
+    ordered = topological(codes, library)
     tail = [c for c in ordered if _search_last(c, library)]
     return [c for c in ordered if not _search_last(c, library)] + tail
 
 
 def _conflict(codes: tuple[str, ...], library: Library) -> bool:
-    for a, b in itertools.combinations(codes, 2):
-        sa, sb = library.get(a), library.get(b)
-        if (sa and b in sa.conflicts) or (sb and a in sb.conflicts):
-            return True
-    return False
+    from skel.catalog.skeleton_graph import any_conflict
+
+    return any_conflict(codes, library)
 
 
 def enumerate_candidates(
@@ -172,7 +165,7 @@ def _usable(codes: list[str], library: Library, allow_unsafe: bool, rewrites) ->
         if code not in rewrites:
             skipped.append(Skip((code,), "no automatic rewrite for this skeleton (see its docs for the method)"))
         elif sk is not None and sk.safety == "unsafe" and not allow_unsafe:
-            skipped.append(Skip((code,), "unsafe rewrite (changes rounding or reduction order): pass --unsafe"))
+            skipped.append(Skip((code,), f"unsafe rewrite ({sk.unsafe_because}): pass --unsafe"))
         else:
             usable.append(code)
     return usable, skipped

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from skel.pipeline.select import SMALL_BATCH
 from skel.pipeline.targets import dispatch_dims
@@ -146,17 +147,16 @@ def _rename_def(source: str, name: str, new: str) -> str:
 
 
 def _dispatcher(entry: str, node: ast.FunctionDef, tree, dims: dict[str, str], callee: dict[int, str]) -> str:
-    """The entry with the original signature, reading the dims the tree tests and walking it."""
-    params = ast.unparse(node.args)
+    """The entry with the original signature, reading the dims the tree tests and walking it; the decision tree
+    is walked here into its statements, the wrapper's text is ``templates/dispatch.py.j2``."""
+    from skel.catalog.render import render
+
     call = _call_args(node.args)
-    read = sorted(_dims_read(tree))
-    lines = ["", "", f"def {entry}({params}):",
-             f'    """skel dispatch: picks the variant accepted for this shape (by {", ".join(read)})."""']
-    lines += [f"    {d} = {dims[d]}" for d in read]
+    body: list[str] = []
 
     def emit(t, indent: str) -> None:
         if isinstance(t, int):
-            lines.append(f"{indent}return {callee[t]}({call})")
+            body.append(f"{indent}return {callee[t]}({call})")
             return
         dim, branches = t
         for i, (bound, sub) in enumerate(branches):
@@ -164,13 +164,14 @@ def _dispatcher(entry: str, node: ast.FunctionDef, tree, dims: dict[str, str], c
                 if i == 0:
                     emit(sub, indent)
                     continue
-                lines.append(f"{indent}else:")
+                body.append(f"{indent}else:")
             else:
-                lines.append(f"{indent}{'if' if i == 0 else 'elif'} {dim} <= {bound}:")
+                body.append(f"{indent}{'if' if i == 0 else 'elif'} {dim} <= {bound}:")
             emit(sub, indent + "    ")
 
     emit(tree, "    ")
-    return "\n".join(lines) + "\n"
+    return render(Path(__file__).parent / "templates", "dispatch.py.j2", entry=entry, params=ast.unparse(node.args),
+                  read=sorted(_dims_read(tree)), dims=dims, body=body)
 
 
 def _call_args(args: ast.arguments) -> str:

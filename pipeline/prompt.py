@@ -142,6 +142,7 @@ class ApplicableSkeleton:
     example: tuple[str, str] | None  # (docs "Example", docs "Rewritten")
     provenance: tuple[str, ...]
     commands: tuple[str, ...]
+    unsafe_because: str = ""  # Skeleton.unsafe_because: why the rewrite is unsafe, in its docs' words
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class Brief:
     show_measurements: bool = True
     trimmed: tuple[str, ...] = ()  # what fit_budget dropped, in order
     budget: int | None = None
+    suppressed: tuple[str, ...] = ()  # "SK001 in kernel k, line 20: reason" (`# skel: ignore[...]` comments)
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
@@ -319,10 +321,13 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
     # Kernels only, as `skel match` does: a jit device function has no grid or launch of its own.
     matches = match_skeletons(library, reported(profiles), text)
     evidence, measurements = _catalog_facts(catalog, list(matches), sha, [p.name for p in profiles])
+    silenced, suppressed = _suppressed(library, [p for p in profiles if p.kind == "kernel"], text, language)
     applicable, not_applicable = [], []
     for code, per_kernel in matches.items():
         sk = library.get(code)
-        hits = tuple(m for m in per_kernel if m.applies)
+        hits = tuple(m for m in per_kernel if m.applies and (code, m.kernel, m.line) not in silenced)
+        if not hits and any(m.applies for m in per_kernel):
+            continue  # applies, but every kernel it applies to silences it: listed under "suppressed"
         if hits:
             applicable.append((sk, hits))
         else:
@@ -334,7 +339,33 @@ def build_brief(target: str, library: Library, catalog: Path | None = None) -> B
         applicable=tuple(_applicable(i, sk, hits, evidence[sk.code], target) for i, (sk, hits) in enumerate(applicable, 1)),
         not_applicable=tuple(not_applicable),
         needs_spec=not (Path(target).parent / "spec.py").is_file(),
+        suppressed=suppressed,
     )
+
+
+def _suppressed(library: Library, kernels: list, text: str, language: str):
+    """(code, kernel, line) that suppression comments silence, and their lines for the brief; the
+    decision is ``skel match``'s (``miner.match.match_kernel``), made only when the file has such comments."""
+    from skel.miner import suppress as sup
+
+    comments = sup.parse(text)
+    if not comments:
+        return set(), ()
+    from skel.miner.match import match_kernel
+
+    spans = sup.headers(text, language)
+    silenced, lines = set(), []
+    for p in kernels:
+        m = match_kernel(p, text, list(library), comments, sup.header_span(spans, p.line, language))
+        still = {a.skeleton for a in m.applicable}
+        for s in m.suppressed:
+            where = (f"line{'s' if len(s.sites) > 1 else ''} {', '.join(map(str, s.sites))}" if s.sites
+                     else "the whole kernel")
+            lines.append(f"{s.skeleton} in kernel `{p.name}` ({where}), by the comment at line {s.line}: "
+                         f"{s.reason or 'no reason given'}")
+            if s.skeleton not in still:
+                silenced.add((s.skeleton, p.name, p.line))
+    return silenced, tuple(lines)
 
 
 def _closest_miss(sk: Skeleton, per_kernel: tuple[KernelMatch, ...]) -> NotApplicable:
@@ -351,13 +382,15 @@ def candidate_path(target: str, code: str) -> str:
 
 
 def commands(target: str, code: str, availability: str, safety: str = "safe") -> tuple[str, ...]:
-    """`skel apply` (when the skeleton has an automatic rewrite; unsafe ones need --unsafe) and `skel validate`."""
+    """`skel apply` (when the skeleton has an automatic rewrite; unsafe ones need --unsafe), then the copy the
+    change is made in (a file no command would otherwise create) and `skel validate` on it."""
     import shlex
 
     t, c = shlex.quote(target), shlex.quote(candidate_path(target, code))
     out = []
     if availability != "never":
         out.append(f"skel apply {t} --skeleton {code}" + (" --unsafe" if safety == "unsafe" else ""))
+    out.append(f"cp {t} {c}  # make the change in this copy, then judge it:")
     out.append(f"skel validate {t} {c}")
     return tuple(out)
 
@@ -370,22 +403,16 @@ def _applicable(rank: int, sk: Skeleton, hits, evidence: EvidenceView, target: s
         constraints=tuple((k, getattr(sk.constraints, k)) for k in CONSTRAINT_KEYS),
         example=(sk.docs["Example"], sk.docs["Rewritten"]),
         provenance=tuple(f"{p.repo} {p.path}:{p.line} ({p.version})" + (f": {p.note}" if p.note else "") for p in sk.provenance),
-        commands=commands(target, sk.code, sk.availability, sk.safety),
+        commands=commands(target, sk.code, sk.availability, sk.safety), unsafe_because=sk.unsafe_because,
     )
 
 
 # ----------------------------------------------------------------------------- rendering
 def render_markdown(brief: Brief) -> str:
-    import jinja2
+    from skel.catalog.render import render
 
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["fmt"] = lambda v: f"{v:.4g}"
-    text = env.get_template("prompt.md.j2").render(b=brief, constraint_names=_CONSTRAINT_NAMES,
-                                                   trimmed=_group_trimmed(brief.trimmed))
+    text = render(Path(__file__).parent / "templates", "prompt.md.j2", b=brief, constraint_names=_CONSTRAINT_NAMES,
+                  trimmed=_group_trimmed(brief.trimmed))
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 

@@ -1,4 +1,4 @@
-"""The `skel apply` report: report.md, report.json and (when timed) a time-versus-shape plot."""
+"""The `skel apply` report: report.md, report.json and (when timed) a speedup-versus-N plot."""
 from __future__ import annotations
 
 import json
@@ -13,11 +13,17 @@ def report_path(folder: Path) -> Path:
 def write_report(result, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     data = result.to_json()
-    plot = _plot(data, folder / "time_vs_shape.png") if data["perf_measured"] else None
+    plot = _plot(data, folder / "speedup_vs_N.png") if data["perf_measured"] else None
     (folder / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     md = report_path(folder)
     md.write_text(render_markdown(data, plot.name if plot else None), encoding="utf-8")
     return md
+
+
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _rates(data: dict) -> list[tuple[float, float]]:
@@ -45,6 +51,11 @@ def render_markdown(data: dict, plot: str | None) -> str:
     machine = next((g["machine"] for g in gates if isinstance(g.get("machine"), dict) and g["machine"].get("name")), None)
     if machine:
         out.append(f"- GPU: {machine['name']}, driver {machine.get('driver') or '?'}; {machine.get('versions', '')}")
+    env = data.get("environment") or {}
+    if env:
+        facts = [f"{k} {env[k]}" for k in ("gpu", "driver", "cuda", "torch", "triton", "python", "skel") if env.get(k)]
+        out.append(f"- environment: {', '.join(facts)}; target commit {env.get('commit') or 'not in git'}; "
+                   f"{env.get('date', '')}")
     isolation = next((g["isolation"] for g in gates if g.get("isolation")), None)
     if isolation:
         out.append(f"- candidates ran contained: {isolation.get('summary', '')} (README: Trust model)")
@@ -53,7 +64,9 @@ def render_markdown(data: dict, plot: str | None) -> str:
         out += ["", "## Accepted", "", "| shape bucket | variant |", "| --- | --- |"]
         out += [f"| {w['bucket']} | {w['candidate']} |" for w in data["winners"]]
     if plot:
-        out += ["", f"![time versus shape]({plot})"]
+        out += ["", f"![speedup and % of roofline against N]({plot})"]
+    elif data["perf_measured"]:
+        out += ["", PLOT_MISSING if not _has_matplotlib() else "plot skipped: no timed shape names a batch dim N"]
     if data.get("runoffs"):
         out += ["", "## Run-offs (close qualifiers of a bucket timed head to head in one judgement)", "",
                 "| bucket | leader | challenger | challenger over leader, per shape | kept | why |",
@@ -109,7 +122,11 @@ def render_markdown(data: dict, plot: str | None) -> str:
     return "\n".join(out) + "\n"
 
 
+PLOT_MISSING = "plot skipped: matplotlib is not installed (pip install 'skel[plot]')"
+
+
 def _plot(data: dict, path: Path) -> Path | None:
+    """The speedup plot as a PNG (None when nothing was timed or matplotlib is missing)."""
     try:
         import matplotlib
 
@@ -117,35 +134,80 @@ def _plot(data: dict, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    series: dict[str, dict[str, float]] = {}
-    roof: dict[str, float] = {}
-    for c in data["candidates"]:
-        if not c["gate"]:
-            continue
-        for s in c["gate"]["shapes"]:
-            p = s.get("perf")
-            if not p:
-                continue
-            series.setdefault("original", {})[s["shape"]] = p["baseline"]["median_us"]
-            if c["accepted"]:
-                series.setdefault(c["label"], {})[s["shape"]] = p["candidate"]["median_us"]
-            if p.get("copy_gbps"):
-                roof[s["shape"]] = p["bytes"] / (p["copy_gbps"] * 1e3)  # bytes / (GB/s) -> us
-    if not series.get("original"):
+    fig = plot_figure(data)
+    if fig is None:
         return None
-    shapes = list(series["original"])
-    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(shapes)), 5))
-    x = range(len(shapes))
-    for name, values in series.items():
-        ax.plot(x, [values.get(s, float("nan")) for s in shapes], marker="o", label=name)
-    if roof:
-        ax.plot(x, [roof.get(s, float("nan")) for s in shapes], "k--", label="copy roofline")
-    ax.set_xticks(list(x), shapes, rotation=60, ha="right", fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylabel("time per call (us, median)")
-    ax.set_title(Path(data["target"]).name)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def timed_points(data: dict) -> dict[str, dict[str, list[dict]]]:
+    """bucket (the shape less its batch dim N) -> candidate label -> points sorted by N, each
+    {"N", "speedup", "low", "high", "baseline_pct", "candidate_pct"} from the candidate's own judgement."""
+    from skel.catalog.results import shape_dims
+
+    out: dict[str, dict[str, list[dict]]] = {}
+    for c in data["candidates"]:
+        for s in (c.get("gate") or {}).get("shapes", ()):
+            p = s.get("perf")
+            dims = shape_dims(s["shape"])
+            if not p or "N" not in dims:
+                continue
+            bucket = "-".join(f"{k}{v}" for k, v in dims.items() if k != "N") or "all"
+            out.setdefault(bucket, {}).setdefault(c["label"], []).append({
+                "N": dims["N"], "speedup": p["speedup"], "low": p["speedup_low"], "high": p["speedup_high"],
+                "baseline_pct": p.get("baseline_roofline_pct"), "candidate_pct": p.get("candidate_roofline_pct")})
+    for per in out.values():
+        for points in per.values():
+            points.sort(key=lambda q: q["N"])
+    return out
+
+
+def plot_figure(data: dict):
+    """Speedup over the original against batch N (top row) and % of the copy roofline (bottom row), one
+    column per shape bucket (the other dims, e.g. T1), every timed candidate as its own line with its 95 %
+    interval as error bars; the original's % of roofline is the median of its runs across the judgements.
+    GPU and dtype in the title. None when no candidate was timed."""
+    import statistics
+
+    import matplotlib.pyplot as plt
+
+    points = timed_points(data)
+    if not points:
+        return None
+    buckets = sorted(points)
+    fig, axes = plt.subplots(2, len(buckets), figsize=(4.5 * len(buckets) + 1.5, 7.5), squeeze=False, sharex="col")
+    for j, bucket in enumerate(buckets):
+        top, bottom = axes[0][j], axes[1][j]
+        base: dict[int, list[float]] = {}
+        for label, pts in sorted(points[bucket].items()):
+            ns = [q["N"] for q in pts]
+            ys = [q["speedup"] for q in pts]
+            err = [[q["speedup"] - q["low"] for q in pts], [q["high"] - q["speedup"] for q in pts]]
+            top.errorbar(ns, ys, yerr=err, marker="o", capsize=3, label=label)
+            if all(q["candidate_pct"] is not None for q in pts):
+                bottom.plot(ns, [q["candidate_pct"] for q in pts], marker="o", label=label)
+            for q in pts:
+                if q["baseline_pct"] is not None:
+                    base.setdefault(q["N"], []).append(q["baseline_pct"])
+        if base:
+            ns = sorted(base)
+            bottom.plot(ns, [statistics.median(base[n]) for n in ns], "k--", marker="s", label="original")
+        top.axhline(1.0, color="grey", linewidth=0.8)
+        top.set_title(bucket)
+        top.set_ylabel("speedup over the original (x, 95 % CI)")
+        bottom.set_ylabel("% of copy roofline")
+        bottom.set_xlabel("batch N")
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.grid(True, alpha=0.3)
+        top.legend(fontsize=7)
+    env = data.get("environment") or {}
+    gates = [c["gate"] for c in data["candidates"] if c.get("gate")]
+    gpu = env.get("gpu") or next((g["machine"]["name"] for g in gates if isinstance(g.get("machine"), dict)
+                                  and g["machine"].get("name")), "GPU ?")
+    dtype = next((g.get("dtype") for g in gates if g.get("dtype")), "dtype ?")
+    fig.suptitle(f"{Path(data['target']).name}: {gpu}, {dtype}")
+    fig.tight_layout()
+    return fig

@@ -26,6 +26,7 @@ COMMANDS = (
     "skel.commands.capture",
     "skel.commands.mcp",
     "skel.commands.new",
+    "skel.commands.results",
 )
 
 DESCRIPTION = """\
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        _project_defaults(args)
         return int(args.func(args) or 0)
     except UsageError as exc:
         return _usage_error(args, str(exc))
@@ -85,6 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("skel: interrupted", file=sys.stderr)
         return 130
+
+
+def _project_defaults(args) -> None:
+    """Fill what the command line left unset from ``[tool.skel]`` (``skel.catalog.config``): the catalog
+    (after ``--catalog`` and ``$SKEL_CATALOG``), the shape set and the dtype."""
+    import os
+
+    from skel.catalog.config import load_config
+
+    config = load_config()
+    if hasattr(args, "catalog") and args.catalog is None and config.catalog is not None \
+            and not os.environ.get("SKEL_CATALOG", "").strip():
+        args.catalog = config.catalog
+    for name in ("shapes", "dtype"):
+        if hasattr(args, name) and getattr(args, name) is None and getattr(config, name):
+            setattr(args, name, getattr(config, name))
 
 
 def _usage_error(args, message: str) -> int:

@@ -3,7 +3,11 @@
 Built on the official ``mcp`` SDK (``mcp.server.mcpserver.MCPServer``, mcp >= 2). This module
 imports ``mcp`` at the top, so only ``skel mcp`` imports it (the GPU machine has no ``mcp``).
 
-Tools (every one returns JSON, or Markdown for ``catalog_prompt``):
+Tools: every parameter described and typed, enumerated where its values are a fixed set (category, target,
+lifecycle, family, require) and checked (a code's pattern, a budget >= 1): a value outside is an error, never
+an empty answer. Every tool declares annotations (read-only or not; none destructive) and an output schema,
+and returns structured content (``catalog_prompt``: {"result": Markdown}); the two long tools
+(validate_candidate, apply_skeleton) send progress notifications from the child's progress lines.
   list_skeletons(category, target, lifecycle, family)   the library, filtered (AND)
   show_skeleton(code)                                    metadata, docs, examples, evidence
   search_skeletons(text)                                 ranked by hits, all words must match
@@ -25,20 +29,25 @@ server keeps serving. Validation and apply run in a child process (``python -m s
 whatever the candidate kernel does (crash, hang, print) cannot take the server or its stdout
 down; they keep the CLI's exit codes in the result (1 = rejected is an answer, not an error).
 """
-from __future__ import annotations
+# no `from __future__ import annotations`: the tools' signatures use types built at run time (the library's families)
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from skel.skeletons.library import Library, LibraryError, Skeleton, default_root, load_library
+from skel.skeletons.library import (CATEGORIES, LIFECYCLES, TARGETS, Library, LibraryError, Skeleton, default_root,
+                                    load_library)
 from skel.errors import UsageError
 from skel.procs import child_env
 
@@ -152,7 +161,7 @@ class SkelTools:
             raise ToolError(str(exc)) from None
 
     def validate_candidate(self, target: str, candidate: str, shapes: str | None, spec: str | None,
-                           require: str) -> dict:
+                           require: str, on_line=None) -> dict:
         self._runnable(candidate, "candidate")
         self._runnable(target, "target", family_ok=True)
         if spec:
@@ -162,17 +171,19 @@ class SkelTools:
             argv += ["--shapes", shapes]
         if spec:
             argv += ["--spec", spec]
-        return self._child(argv, "validate")
+        return self._child(argv, "validate", on_line)
 
-    def apply_skeleton(self, target: str, skeleton: str, dry_run: bool, unsafe: bool) -> dict:
+    def apply_skeleton(self, target: str, skeleton: str, dry_run: bool, unsafe: bool, on_line=None) -> dict:
         self._runnable(target, "target")
         code = self.skeleton(skeleton).code
-        # The report and candidate files go to a fresh temporary folder (named in the result), not
-        # into the working tree the server was started in.
-        report_dir = tempfile.mkdtemp(prefix=f"skel-mcp-apply-{Path(target).stem}-")
-        argv = ["apply", target, "--skeleton", code, "--json", "--report-dir", report_dir]
-        argv += (["--dry-run"] if dry_run else []) + (["--unsafe"] if unsafe else [])
-        return self._child(argv, "apply")
+        argv = ["apply", target, "--skeleton", code, "--json"]
+        if dry_run:  # writes nothing: the diffs come back in the result
+            argv.append("--dry-run")
+        else:  # the report and candidate files go to a fresh temporary folder (named in the result), not
+            # into the working tree the server was started in
+            argv += ["--report-dir", tempfile.mkdtemp(prefix=f"skel-mcp-apply-{Path(target).stem}-")]
+        argv += ["--unsafe"] if unsafe else []
+        return self._child(argv, "apply", on_line)
 
     # ------------------------------------------------------------------ helpers
     def _path(self, path: str) -> str:
@@ -196,26 +207,47 @@ class SkelTools:
                             f" that execute code take only files under it (start the server with"
                             f" `skel mcp --workspace DIR` to choose another)")
 
-    def _child(self, argv: list[str], verb: str) -> dict:
-        """Run ``python -m skel ARGV`` and return its JSON verdict with the exit code."""
+    def _child(self, argv: list[str], verb: str, on_line: Callable[[str], None] | None = None) -> dict:
+        """Run ``python -m skel ARGV`` and return its JSON verdict with the exit code; each line the child
+        writes on stderr (its progress) goes to ``on_line`` as it comes."""
+        import threading
+
         cmd = [sys.executable, "-m", "skel", *argv]
         env = child_env()  # the child (and its workers) die with this server, even on SIGKILL
         if self.catalog:
             env["SKEL_CATALOG"] = str(self.catalog)  # the child records into the catalog this server reads
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.cwd,
+                                stdin=subprocess.DEVNULL, env=env)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        timer = threading.Timer(CHILD_TIMEOUT_S, proc.kill)
+        timer.start()
+        err_lines = []
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.cwd, timeout=CHILD_TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL, env=env)
-        except subprocess.TimeoutExpired:
-            raise ToolError(f"`skel {' '.join(argv)}` ran over {CHILD_TIMEOUT_S:.0f} s and was stopped") from None
-        stderr = proc.stderr.strip()
+            for line in proc.stderr:
+                err_lines.append(line)
+                if on_line is not None:
+                    try:
+                        on_line(line.rstrip("\n"))
+                    except Exception:  # a client that went away must not stop the child's verdict
+                        on_line = None
+            proc.wait()
+            reader.join()
+        finally:
+            timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+            timer.cancel()
+        if timed_out:
+            raise ToolError(f"`skel {' '.join(argv)}` ran over {CHILD_TIMEOUT_S:.0f} s and was stopped")
+        stdout, stderr = "".join(out), "".join(err_lines).strip()
         try:
-            data = json.loads(proc.stdout) if proc.stdout.strip() else None
+            data = json.loads(stdout) if stdout.strip() else None
         except json.JSONDecodeError:
             data = None
         if proc.returncode == 2 or data is None or (isinstance(data, dict) and "error" in data and len(data) == 1):
             why = (data or {}).get("error") if isinstance(data, dict) else None
             raise ToolError(f"`skel {' '.join(argv)}` failed (exit {proc.returncode}): "
-                            f"{why or stderr[-1500:] or proc.stdout.strip()[-1500:] or 'no output'}")
+                            f"{why or stderr[-1500:] or stdout.strip()[-1500:] or 'no output'}")
         meaning = {0: "accepted", 1: "rejected" if verb == "validate" else "nothing accepted"}.get(proc.returncode, "error")
         return {"command": "skel " + " ".join(argv), "exit_code": proc.returncode, "outcome": meaning,
                 "result": data, "stderr": stderr[-2000:]}
@@ -238,67 +270,189 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _guard_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``_guard`` for a coroutine tool."""
+    import functools
+
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await fn(*args, **kwargs)
+        except ToolError:
+            raise
+        except (UsageError, OSError, ValueError, KeyError) as exc:
+            raise ToolError(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)) from None
+        except Exception as exc:
+            raise ToolError(f"internal error in {fn.__name__}: {type(exc).__name__}: {exc}") from None
+    return wrapper
+
+
+# ------------------------------------------------------------------ typed results (the tools' output schemas)
+class SkeletonSummary(TypedDict):
+    code: str
+    name: str
+    title: str
+    category: str
+    lifecycle: str
+    safety: str
+    availability: str
+    targets: list[str]
+    families: list[str]
+    evidence_summary: dict[str, Any]
+
+
+class SkeletonList(TypedDict):
+    skeletons: list[SkeletonSummary]
+
+
+class SearchHit(TypedDict):
+    code: str
+    name: str
+    title: str
+    score: int
+
+
+class SearchResult(TypedDict):
+    query: str
+    results: list[SearchHit]
+
+
+class MatchResult(TypedDict):
+    path: str
+    applicable: list[str]
+    kernels: list[dict[str, Any]]
+    notes: list[str]
+
+
+class ChildResult(TypedDict):
+    command: str
+    exit_code: int
+    outcome: Literal["accepted", "rejected", "nothing accepted", "error"]
+    result: dict[str, Any] | None
+    stderr: str
+
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+# validate: executes the files (in contained workers) and records its verdict in the catalog; never edits a file
+RUNS_CODE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
+STEP = re.compile(r"\[(?:second round )?(\d+)/(\d+)\]")
+
+
 def build_server(tools: SkelTools) -> MCPServer:
     server = MCPServer("skel", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING")
+    try:
+        library = tools.library()
+        families = sorted({f for sk in library for f in sk.families}) or ["any"]
+    except ToolError:
+        families = ["any"]  # a broken library: the tools say why when called
+    Family = Literal[tuple(families)]  # noqa: N806 (a type built from the library)
 
-    @server.tool(description="List skeletons, optionally filtered (AND) by category (memory, compute, precision, "
-                             "parallelism, launch), target language (triton, cuda), lifecycle (preview, stable, "
-                             "deprecated) and kernel family (e.g. kda-decode).")
+    Code = Annotated[str, Field(pattern=r"^[Ss][Kk][0-9A-Za-z]+$",
+                                description="a skeleton code, e.g. SK001 (case does not matter)")]
+    KernelPath = Annotated[str, Field(min_length=1, description="a Triton .py or CUDA (.cu/.cuh) kernel file, relative "
+                                                                "to the server's working directory")]
+
+    @server.tool(description="List the library's skeletons, optionally filtered (AND). Reads only.",
+                 annotations=READ_ONLY, structured_output=True)
     @_guard
-    def list_skeletons(category: str | None = None, target: str | None = None, lifecycle: str | None = None,
-                       family: str | None = None) -> dict:
+    def list_skeletons(
+        category: Annotated[Literal[CATEGORIES] | None, Field(description="what the skeleton optimises")] = None,
+        target: Annotated[Literal[TARGETS] | None, Field(description="kernel language it applies to")] = None,
+        lifecycle: Annotated[Literal[LIFECYCLES] | None, Field(description="maturity in the library")] = None,
+        family: Annotated[Family | None, Field(description="kernel family tag, spelt as kernels/ names its "
+                                                           "targets (kda_decode, gdn_decode, ...)")] = None,
+    ) -> SkeletonList:
         return tools.list_skeletons(category, target, lifecycle, family)
 
     @server.tool(description="One skeleton in full: metadata, conditions, transformation, resource constraints, "
-                             "provenance, docs, before/after example kernels, and its evidence from the catalog.")
+                             "provenance, docs, before/after example kernels, and its evidence from the catalog. "
+                             "Reads only.", annotations=READ_ONLY, structured_output=True)
     @_guard
-    def show_skeleton(code: str) -> dict:
+    def show_skeleton(code: Code) -> dict[str, Any]:
         return tools.show_skeleton(code)
 
     @server.tool(description="Search skeleton names, titles, docs, conditions and methods; every word must match; "
-                             "results ranked by hits.")
+                             "results ranked by hits. Reads only.", annotations=READ_ONLY, structured_output=True)
     @_guard
-    def search_skeletons(text: str) -> dict:
+    def search_skeletons(text: Annotated[str, Field(min_length=1, description="words to search for")]) -> SearchResult:
         return tools.search_skeletons(text)
 
     @server.tool(description="Profile a Triton (.py) or CUDA kernel file statically (never imported) and evaluate "
-                             "every skeleton's conditions on each kernel, with the lines that make them hold or fail.")
+                             "every skeleton's conditions on each kernel, with the lines that make them hold or fail; "
+                             "suppression comments (# skel: ignore[SK001] reason) are honoured. Reads only.",
+                 annotations=READ_ONLY, structured_output=True)
     @_guard
-    def match_kernel(path: str) -> dict:
+    def match_kernel(path: KernelPath) -> MatchResult:
         return tools.match_kernel(path)
 
-    @server.tool(description="Judge a candidate kernel file against a target (family name or kernel file) with "
-                             "`skel validate`. EXECUTES the target, spec and candidate Python files (in the gate's "
-                             "contained worker processes); every path must lie under the server's workspace root. "
-                             "Numerics against the float64 reference and the original on every "
-                             "shape; timing only on a GPU. shapes: a shape-set name or comma-separated labels; "
-                             "spec: family or spec file; without one, a kernel skel does not know is judged "
-                             "against the harness inferred from its launcher (the original as the oracle); require: correct, "
-                             "not-slower or faster. exit_code 1 means rejected (see result.reasons).")
-    @_guard
-    def validate_candidate(target: str, candidate: str, shapes: str | None = None, spec: str | None = None,
-                           require: str = "correct") -> dict:
-        return tools.validate_candidate(target, candidate, shapes, spec, require)
+    @server.tool(description="Judge a candidate kernel file against a target with `skel validate`. EXECUTES the "
+                             "target, spec and candidate Python files (in the gate's contained worker processes); "
+                             "every path must lie under the server's workspace root. Numerics against the float64 "
+                             "reference and the original on every shape; timing only on a GPU. Without a spec, a "
+                             "kernel skel does not know is judged against the harness inferred from its launcher "
+                             "(the original as the oracle). exit_code 1 means rejected (see result.reasons). "
+                             "Reports progress while it runs.", annotations=RUNS_CODE, structured_output=True)
+    @_guard_async
+    async def validate_candidate(
+        target: Annotated[str, Field(min_length=1, description="a kernels/ family (kda_decode, ...) or a kernel file")],
+        candidate: Annotated[str, Field(min_length=1, description="the candidate .py file")],
+        ctx: Context,
+        shapes: Annotated[str | None, Field(description="a shape-set name (ci, decode) or comma-separated "
+                                                        "labels such as N64-T1")] = None,
+        spec: Annotated[str | None, Field(description="a family or a spec .py file (SPEC = TargetSpec(...))")] = None,
+        require: Annotated[Literal["correct", "not-slower", "faster"],
+                           Field(description="what acceptance needs")] = "correct",
+    ) -> ChildResult:
+        return await _reporting(ctx, lambda line: tools.validate_candidate(target, candidate, shapes, spec, require,
+                                                                           on_line=line))
 
     @server.tool(description="Apply one skeleton to a target kernel file with `skel apply TARGET --skeleton CODE`. "
-                             "Unless dry_run, EXECUTES the target and its rewrites (in the gate's contained worker "
-                             "processes); the target must lie under the server's workspace root. "
-                             "dry_run (default true) only shows the candidate diffs without running or writing "
-                             "anything; unsafe must be true for skeletons whose rewrite changes rounding or "
-                             "reduction order (safety 'unsafe'). exit_code 1: nothing accepted.")
-    @_guard
-    def apply_skeleton(target: str, skeleton: str, dry_run: bool = True, unsafe: bool = False) -> dict:
-        return tools.apply_skeleton(target, skeleton, dry_run, unsafe)
+                             "dry_run (default true) runs and writes nothing: the result holds each candidate's diff "
+                             "(paths from the repository root, for git apply). Otherwise EXECUTES the target and its "
+                             "rewrites (in the gate's contained worker processes; the target must lie under the "
+                             "server's workspace root) and writes TARGET.skel.py when a rewrite is accepted (never "
+                             "the target itself). unsafe must be true for skeletons whose rewrite is unsafe. "
+                             "exit_code 1: nothing accepted. Reports progress (candidates judged) while it runs.",
+                 annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
+                                             openWorldHint=False), structured_output=True)
+    @_guard_async
+    async def apply_skeleton(
+        target: KernelPath, skeleton: Code, ctx: Context,
+        dry_run: Annotated[bool, Field(description="show the candidate diffs only; run and write nothing")] = True,
+        unsafe: Annotated[bool, Field(description="allow a rewrite whose skeleton is marked unsafe")] = False,
+    ) -> ChildResult:
+        return await _reporting(ctx, lambda line: tools.apply_skeleton(target, skeleton, dry_run, unsafe, on_line=line))
 
     @server.tool(description="The Markdown brief for an agent optimising a kernel file: profile, roofline standing "
                              "if measured, applicable skeletons ranked by evidence with conditions, constraints, "
-                             "examples and the commands to check a change. budget: max tokens (ceil(chars/4)).")
+                             "examples and the commands to check a change. Reads only.",
+                 annotations=READ_ONLY, structured_output=True)
     @_guard
-    def catalog_prompt(path: str, budget: int | None = None) -> str:
+    def catalog_prompt(path: KernelPath,
+                       budget: Annotated[int | None, Field(ge=1, description="most tokens (ceil(chars / 4)) the brief "
+                                                                              "may take; it is trimmed to fit")] = None,
+                       ) -> str:
         return tools.catalog_prompt(path, budget)
 
     _add_resources(server, tools)
     return server
+
+
+async def _reporting(ctx: Context, work: Callable[[Callable[[str], None]], dict]) -> dict:
+    """Run ``work(on_line)`` in a worker thread; each progress line the child prints becomes an MCP progress
+    notification (done/total where the line says "[i/n]", else a count of lines), so a client sees a long
+    validation or apply advance."""
+    import anyio
+
+    seen = [0]
+
+    def on_line(line: str) -> None:
+        seen[0] += 1
+        m = STEP.search(line)
+        done, total = (float(m.group(1)), float(m.group(2))) if m else (float(seen[0]), None)
+        anyio.from_thread.run(ctx.report_progress, done, total, line[-300:])
+
+    return await anyio.to_thread.run_sync(lambda: work(on_line))
 
 
 def _add_resources(server: MCPServer, tools: SkelTools) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from skel.catalog.records import CODE_RE, Condition
 
+FAMILY_RE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")  # one spelling everywhere: kda_decode, as kernels/ names it
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 CONDITION_ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -96,6 +97,19 @@ class Skeleton:
     before: str = field(repr=False)
     after: str = field(repr=False)
     folder: Path = field(compare=False)
+
+    @property
+    def unsafe_because(self) -> str:
+        """Why the rewrite is unsafe, in the skeleton's own words (the first sentence of its docs' "Rewrite
+        safety" after "Unsafe:"); "" for a safe rewrite. Not every unsafe rewrite changes rounding: SK015's
+        assumes its stores cover the buffer."""
+        if self.safety != "unsafe":
+            return ""
+        text = " ".join((self.docs or {}).get("Rewrite safety", "").split())
+        text = re.sub(r"^Unsafe\s*(\([^)]*\))?\s*:\s*", "", text)
+        first = re.split(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z`])", text, maxsplit=1)[0].rstrip(".")
+        first = first.split(" (", 1)[0].split(", so ", 1)[0].strip()  # the clause that says it, not the detail
+        return first or "it changes rounding or reduction order"
 
     def to_json(self) -> dict:
         """Plain-data rendering (evidence is added by the catalog, not here)."""
@@ -349,6 +363,10 @@ def load_skeleton(folder: Path) -> tuple[Skeleton | None, list[LibraryProblem]]:
     lifecycle = f.string("lifecycle", LIFECYCLES)
     targets = f.strings("targets", TARGETS)
     families = f.strings("families", required=False)
+    for fam in families:
+        if not FAMILY_RE.match(fam):
+            f.fail("families", f"{fam!r}: spell families as kernels/ targets are spelt, lower case with underscores "
+                               f"(e.g. kda_decode, gdn_decode, attention_decode)")
     conflicts = f.strings("conflicts", required=False)
     enables = f.strings("enables", required=False)
 

@@ -157,35 +157,29 @@ def _method(c: CandidateSkeleton) -> str:
     return "Pattern distilled from history: " + "; ".join(parts) + ". $n are holes (see the conditions)."
 
 
+TEMPLATES = Path(__file__).parent / "_templates" / "promoted"  # "_": not a skeleton folder
+
+
 def _toml(c: CandidateSkeleton, code: str) -> str:
-    occ = c.pattern["occurrences"]
-    lines = [
-        "# " + MARK.format(cand=c.code),
-        f"code = {_s(code)}", f"name = {_s(slug(c.name))}", f"title = {_s(c.title)}", f"category = {_s(_category(c))}",
-        'lifecycle = "preview"', f"targets = [{', '.join(_s(t) for t in c.targets)}]", "families = []",
-        "conflicts = []", "enables = []", "",
-    ]
-    # The rule: the refined pattern, run by the pattern engine (its one condition: matches-pattern).
-    # Unsafe until the gate shows otherwise: history says the rewrite was made, not that it keeps the bits.
-    for e in c.pattern["refined"]:
-        if e["kind"] == "replace":
-            lines += ["[[pattern]]", f"before = {_s(e['before'])}", f"after = {_s(e['after'])}", 'safety = "unsafe"', ""]
-        else:
-            lines += ["[[pattern]]", f"insert = {_s(e['after'])}", 'safety = "unsafe"', ""]
+    """skeleton.toml from ``_templates/promoted/skeleton.toml.j2``."""
+    from skel.catalog.render import render
+
     steps = [f"{e['kind']}: {e['before'] or '-'} => {e['after'] or '-'}" for e in c.pattern["edits"]]
-    lines += ["[transformation]", f"method = {_s(_method(c))}",
-              "steps = [" + ", ".join(_s(s) for s in steps) + "]", ""]
-    unknown = _s("not measured: distilled from history; the gate has not run it yet")
-    lines += ["[constraints]"] + [f"{k} = {unknown}" for k in ("registers", "shared_memory", "warps", "occupancy", "grows_with")] + [""]
-    for o in occ[:6]:
+    provenance = []
+    for o in c.pattern["occurrences"][:6]:
         # A variant pair (`skel mine --variants`) has no commit: its message names both kernels.
         version = "variant pair" if o["message"].startswith("variant pair:") else "commit " + o["commit"][:12]
-        lines += ["[[provenance]]", f"repo = {_s(o['repo'])}", f"path = {_s(o['path'])}", f"line = {max(1, int(o['line']))}",
-                  f"version = {_s(version)}", f"note = {_s(o['kernel'] + ': ' + o['message'])}", ""]
-    return "\n".join(lines)
+        provenance.append({"repo": o["repo"], "path": o["path"], "line": max(1, int(o["line"])), "version": version,
+                           "note": o["kernel"] + ": " + o["message"]})
+    text = render(TEMPLATES, "skeleton.toml.j2", mark=MARK.format(cand=c.code), code=code, name=slug(c.name), c=c,
+                  category=_category(c), method=_method(c), steps=steps, provenance=provenance)
+    return text.rstrip("\n") + "\n"
 
 
 def _docs(c: CandidateSkeleton, code: str) -> str:
+    """docs.md from ``_templates/promoted/docs.md.j2``, its headings the library's (DOC_HEADINGS)."""
+    from skel.catalog.render import render
+
     p = c.pattern
     support = f"{c.kernels} kernels in {c.commits} commits ({c.perf_commits} of them say they made it faster)"
     holes = ", ".join(f"{h['name']} ({h['kind']}, e.g. {', '.join(h['examples'][:2])})" for h in p["refined_holes"])
@@ -200,10 +194,9 @@ def _docs(c: CandidateSkeleton, code: str) -> str:
         "Rewrite safety": "Unsafe until the gate confirms it on a kernel it was not distilled from: "
                           "the rewrite may change rounding.",
     }
-    out = [f"<!-- {MARK.format(cand=c.code)} -->", f"# {code} {slug(c.name)}", ""]
-    for h in DOC_HEADINGS:
-        out += [f"## {h}", body[h], ""]
-    return "\n".join(out)
+    text = render(TEMPLATES, "docs.md.j2", mark=MARK.format(cand=c.code), code=code, name=slug(c.name),
+                  sections=[(h, body[h]) for h in DOC_HEADINGS])
+    return text.rstrip("\n") + "\n"
 
 
 def _example(c: CandidateSkeleton, code: str, side: str) -> str:

@@ -8,7 +8,13 @@ import os
 import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("SKEL_CATALOG", os.path.join(tempfile.mkdtemp(prefix="skel-test-"), "catalog.sqlite"))
+if "SKEL_CATALOG" not in os.environ:
+    import atexit
+    import shutil as _shutil
+
+    _catalog_dir = tempfile.mkdtemp(prefix="skel-test-")
+    atexit.register(_shutil.rmtree, _catalog_dir, True)  # the session's catalog folder goes with the session
+    os.environ["SKEL_CATALOG"] = os.path.join(_catalog_dir, "catalog.sqlite")
 
 
 # --------------------------------------------------------------------- corpora

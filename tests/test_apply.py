@@ -61,7 +61,7 @@ def test_an_unknown_kernel_gets_an_inferred_harness(tmp_path, capsys, monkeypatc
     assert "state [N, HV, K, V]" in data["binding"]["how"]
     [cand] = data["candidates"]
     assert cand["label"] == "SK001" and cand["reason"] == "dry run: not validated"
-    assert "rsqrt" in (tmp_path / "r" / "candidates" / "candidate_01.py").read_text()
+    assert "rsqrt" in cand["diff"] and not (tmp_path / "r").exists()  # a dry run writes nothing
     lone = tmp_path / "lone.py"
     lone.write_text(KDA.read_text().split("def kda_decode(")[0])  # kernels, no launcher
     code = main(["apply", str(lone), "--unsafe", "--skeleton", "SK001", "--device", "cpu", "--report-dir", str(tmp_path / "r2")])
@@ -130,7 +130,10 @@ def test_dry_run_shows_diffs_and_writes_nothing(tmp_path, capsys):
     assert "SK001" in labels and "SK003" in labels and "SK001+SK003" in labels
     assert target.read_text() == KDA.read_text()
     assert not list(tmp_path.glob("*.skel.py"))
-    assert (tmp_path / "report" / "report.md").exists()
+    assert not (tmp_path / "report").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["kda.py"]
+    assert data["report"] is None
+    cand = next(c for c in data["candidates"] if c["label"] == "SK001")
+    assert cand["diff"].startswith(f"--- a/{target.name}\n+++ b/{target.name}\n")  # tmp_path is no git checkout
 
 
 def test_candidates_over_the_budget_are_reported_not_dropped(tmp_path, capsys):

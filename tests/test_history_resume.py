@@ -130,8 +130,9 @@ def test_history_progress_shows_done_total_rate_and_eta():
     now[0] += 10
     bar(450, 900, "abc1234567")
     assert "450/900 commits (50 %), 5.0 commits/s, ETA 1 min 30 s  abc1234567" in term.getvalue()
+    assert "\x1b[" in term.getvalue()  # drawn by rich, in place
     bar.close()
-    assert term.getvalue().endswith("\r")
+    assert term.getvalue().endswith("\x1b[2K")  # the bar is cleared when the run ends
     log = StringIO()
     plain = RateProgress(log, "skel mine --history repo", "commits", every_s=10, clock=lambda: now[0])
     plain(0, 20)

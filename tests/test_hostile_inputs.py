@@ -184,7 +184,8 @@ VERBS = {"apply": ["apply", "--dry-run"], "match": ["match"], "prompt": ["catalo
 
 CASES = (
     [(verb, name, why, 2, perm) for verb in VERBS for name, why, perm in REFUSED]
-    + [(verb, name, why, 2, False) for verb in VERBS for name, why in NOT_A_FILE]
+    + [(verb, name, why, 2, False) for verb in VERBS for name, why in NOT_A_FILE
+       if not (verb == "match" and why == "is a directory")]  # match takes folders: it walks them
     + [("apply", name, "is CUDA: use skel match/mine for CUDA", 2, False) for name in ("kernel.cu", "kernel.cuh")]
     + [("apply", "empty.py", "empty file", 2, False), ("prompt", "empty.py", "no @triton.jit kernel", 2, False),
        ("match", "empty.py", "no kernels found", 0, False)]
@@ -255,8 +256,7 @@ def test_coding_cookie_is_honoured(world):
     assert rc == 0 and '"kernels": 1' in out, out
     rc, out = skel(root, "apply", "--dry-run", "--report-dir", "home/report", "inputs/cookie_latin1.py")
     assert "Traceback" not in out and "dry-run" in out, out
-    candidate = next((root / "home" / "report" / "candidates").glob("candidate_*.py"))
-    assert "# caf\xe9" in candidate.read_text(encoding="latin-1")  # written back in the file's own encoding
+    assert not (root / "home" / "report").exists()  # a dry run writes nothing
 
 
 def test_cuda_is_matched_and_mined(world):

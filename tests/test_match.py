@@ -97,7 +97,6 @@ def test_file_without_jit_functions(tmp_path, capsys):
     ("binary.py", b"\x00\x01triton", "binary file"),
     ("latin1.py", b"import triton\n# caf\xe9\n", "latin1.py:2: not UTF-8"),
     ("notes.txt", "text", "not a kernel source"),
-    ("folder", "dir", "is a directory"),
 ])
 def test_input_errors_exit_2(tmp_path, capsys, name, content, expect):
     p = tmp_path / name
@@ -109,6 +108,12 @@ def test_input_errors_exit_2(tmp_path, capsys, name, content, expect):
         p.write_text(content)
     assert main(["match", str(p)]) == 2
     assert expect in capsys.readouterr().err
+
+
+def test_a_folder_without_kernels_is_matched_and_clean(tmp_path, capsys):
+    (tmp_path / "folder").mkdir()
+    rc, out = run_json(["match", str(tmp_path / "folder")], capsys)
+    assert (rc, out["files"], out["errors"]) == (0, [], [])
 
 
 def test_unknown_skeleton_is_a_usage_error(tmp_path, capsys):

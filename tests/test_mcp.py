@@ -49,6 +49,7 @@ async def _session_checks(tmp_path: Path) -> None:
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert len(tools) >= 5 and EXPECTED_TOOLS <= set(tools), sorted(tools)
             assert tools["apply_skeleton"].input_schema["properties"]["dry_run"]["default"] is True
+            _check_schemas(tools)
 
             # match: SK001 applies to its own before.py, because of the division on line 13
             match = _json(await session.call_tool("match_kernel", {"path": FIXTURE}))
@@ -81,12 +82,20 @@ async def _session_checks(tmp_path: Path) -> None:
                 "validate_candidate", {"target": "kda_decode", "candidate": "kernels/kda_decode/kernel.py"}))
             assert (verdict["exit_code"], verdict["outcome"]) == (0, "accepted"), verdict
             assert verdict["result"]["accepted"] is True and verdict["result"]["family"] == "kda_decode"
-            dry = _json(await session.call_tool(
-                "apply_skeleton", {"target": "kernels/kda_decode/kernel.py", "skeleton": "SK003"}))
+            progress = []
+
+            async def on_progress(done, total, message):
+                progress.append((done, total, message))
+
+            dry_call = await session.call_tool("apply_skeleton", {"target": "kernels/kda_decode/kernel.py",
+                                                                  "skeleton": "SK003"}, progress_callback=on_progress)
+            dry = _json(dry_call)
             assert "--dry-run" in dry["command"] and dry["result"] is not None
-            # its report lands in a temporary folder named in the result, not in the server's working tree
-            assert Path(dry["result"]["report"]).is_file()
-            assert not Path(dry["result"]["report"]).resolve().is_relative_to(Path.cwd().resolve())
+            # a dry run writes nothing: no report, the diffs come back in the result, from the repository root
+            assert dry["result"]["report"] is None
+            assert dry["result"]["candidates"][0]["diff"].startswith("--- a/kernels/kda_decode/kernel.py")
+            assert progress and any("candidate(s)" in (m or "") for _, _, m in progress), progress
+            assert dry_call.structured_content == dry  # structured output, the same as the text
 
             # errors come back as tool errors with what and where; the server keeps serving
             bad = await session.call_tool("show_skeleton", {"code": "SK999"})
@@ -114,6 +123,15 @@ async def _session_checks(tmp_path: Path) -> None:
             assert tight.is_error and "needs" in _text(tight)
             typo = await session.call_tool("match_kernel", {"file": FIXTURE})
             assert typo.is_error
+            # values outside a parameter's enum, pattern or range are errors, not an empty answer
+            for name, args in [("list_skeletons", {"category": "bogus"}), ("list_skeletons", {"family": "kda-decode"}),
+                               ("show_skeleton", {"code": "rsqrt"}), ("catalog_prompt", {"path": FIXTURE, "budget": 0}),
+                               ("validate_candidate", {"target": "kda_decode", "candidate": FIXTURE, "require": "fast"}),
+                               ("search_skeletons", {"text": ""})]:
+                wrong = await session.call_tool(name, args)
+                assert wrong.is_error, (name, args, _text(wrong))
+            listed_kda = _json(await session.call_tool("list_skeletons", {"family": "kda_decode"}))
+            assert listed_kda["skeletons"], "the family spelt as kernels/ spells it finds skeletons"
 
             # resources: the skeleton docs, as `skel catalog show` prints them
             uris = {str(r.uri) for r in (await session.list_resources()).resources}
@@ -125,6 +143,31 @@ async def _session_checks(tmp_path: Path) -> None:
 
             again = await session.list_tools()  # still alive after every error above
             assert len(again.tools) == len(tools)
+
+
+def _check_schemas(tools) -> None:
+    """Every tool: a description, every parameter described and typed, enumerations where the values are a
+    fixed set, annotations that say whether it only reads, and an output schema (structured output)."""
+    for name, tool in tools.items():
+        assert tool.description and len(tool.description) > 40, name
+        assert tool.output_schema and tool.output_schema.get("type") == "object", name
+        assert tool.annotations is not None and tool.annotations.read_only_hint is not None, name
+        for pname, prop in tool.input_schema.get("properties", {}).items():
+            assert prop.get("description"), f"{name}.{pname} has no description"
+            assert "type" in prop or "anyOf" in prop, f"{name}.{pname} has no type"
+
+    def enum(tool, pname):
+        prop = tools[tool].input_schema["properties"][pname]
+        return next((a["enum"] for a in prop.get("anyOf", [prop]) if "enum" in a), None)
+
+    assert enum("list_skeletons", "category") == ["memory", "compute", "precision", "parallelism", "launch"]
+    assert enum("list_skeletons", "target") == ["triton", "cuda"]
+    assert "kda_decode" in enum("list_skeletons", "family") and "kda-decode" not in enum("list_skeletons", "family")
+    assert enum("validate_candidate", "require") == ["correct", "not-slower", "faster"]
+    read_only = {n for n, t in tools.items() if t.annotations.read_only_hint}
+    assert read_only == {"list_skeletons", "show_skeleton", "search_skeletons", "match_kernel", "catalog_prompt"}
+    assert all(t.annotations.destructive_hint is False for t in tools.values())  # nothing a user had is overwritten
+    assert "ctx" not in tools["apply_skeleton"].input_schema["properties"]
 
 
 def test_mcp_session_over_stdio(tmp_path):
@@ -145,4 +188,4 @@ def test_skel_mcp_is_imported_lazily():
             "from skel.cli import main; sys.exit(main(['mcp']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert "`skel mcp` needs the mcp SDK" in proc.stderr
+    assert "`skel mcp` needs the MCP SDK" in proc.stderr and "pip install 'skel[mcp]'" in proc.stderr

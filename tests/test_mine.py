@@ -16,7 +16,7 @@ import skel.miner.cache as cache_mod
 import skel.miner.mine as mine_mod
 from skel.catalog.store import open_catalog
 from skel.cli import main
-from skel.commands.mine import Progress
+from skel.commands.mine import FileProgress
 from skel.miner.mine import mine
 
 KERNEL = textwrap.dedent("""\
@@ -278,11 +278,11 @@ def test_progress_bar_only_on_a_terminal():
 
     tty, plain = Tty(), io.StringIO()
     for stream in (tty, plain):
-        bar = Progress(stream)
+        bar = FileProgress(stream)
         for i in range(1, 4):
             bar(i, 3, f"/x/k{i}.py")
         bar.close()
-    assert "[" in tty.getvalue() and "3/3" in tty.getvalue()
+    assert "\x1b[" in tty.getvalue() and "3/3 files" in tty.getvalue() and "files/s" in tty.getvalue()
     assert plain.getvalue() == ""  # a fast run prints no periodic lines
 
 

@@ -65,7 +65,7 @@ def finding(kind="instance", path="repo/k.py", line=17, kernel="kda_kernel", cod
 
 def run(codes=("SK001",), verdict="accepted", median=80.8, ci=(80.1, 81.5), **kw) -> ValidationRun:
     lo, hi = ci if ci else (None, None)
-    return ValidationRun(skeletons=tuple(codes), kernel="kda-decode", shape="N=64,T=1", dtype="bf16",
+    return ValidationRun(skeletons=tuple(codes), kernel="kda_decode", shape="N=64,T=1", dtype="bf16",
                          metric="time", verdict=verdict, median=median, ci_low=lo, ci_high=hi, unit="us", **kw)
 
 
@@ -248,7 +248,7 @@ def test_validation_runs_and_evidence(tmp_path):
         assert js["instance_count"] == 1 and js["opportunities"] == 2
         assert [(i["type"], i.get("line"), i.get("verdict")) for i in js["items"]] == [
             ("instance", 12, None), ("verdict", None, "accepted"), ("verdict", None, "rejected")]
-        assert js["items"][1]["kernel"] == "kda-decode" and js["items"][1]["ci_low"] == 80.1
+        assert js["items"][1]["kernel"] == "kda_decode" and js["items"][1]["ci_low"] == 80.1
         assert js["items"][1]["extra"] == {"rotations": 4, "shapes": ["a", "b"]}
         json.dumps(js)
 
@@ -314,7 +314,7 @@ def build_v1(db: Path) -> None:
     conn.execute("INSERT INTO findings(id, skeleton, source_id, kernel_id, path, line, end_line, kernel, params_json) "
                  "VALUES (11, 'SK001', 7, 3, 'fla/k.py', 17, 18, 'kda_kernel', '{\"BV\": 32}')")
     conn.execute("INSERT INTO validation_runs(id, skeletons_json, kernel, shape, dtype, metric, median, unit, verdict, "
-                 "reason, created_at) VALUES (5, '[\"SK001\"]', 'kda-decode', 'N=64', 'bf16', 'time', 80.8, 'us', "
+                 "reason, created_at) VALUES (5, '[\"SK001\"]', 'kda_decode', 'N=64', 'bf16', 'time', 80.8, 'us', "
                  "'accepted', '', '2025-01-02T00:00:00+00:00')")
     conn.execute("COMMIT")
     conn.close()
@@ -332,7 +332,7 @@ def test_v1_database_is_migrated_forward(tmp_path):
         assert cat.profiles("fla/k.py") == [profile(path="fla/k.py")]
         assert cat.source_hash("fla/k.py") == "abc"
         assert cat.evidence("SK001").to_json()["instance_count"] == 1
-        assert cat.validation_runs(kernel="kda-decode")[0].id == 5
+        assert cat.validation_runs(kernel="kda_decode")[0].id == 5
         assert cat._conn.execute("SELECT id, kernel_id FROM findings").fetchall() == [(11, 3)]
         assert cat._conn.execute("PRAGMA foreign_key_check").fetchall() == []
         assert cat._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

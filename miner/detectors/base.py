@@ -374,10 +374,6 @@ class Ctx:
                     return v
         return None
 
-    @cached_property
-    def graph(self):
-        return self.p.graph()
-
 
 def _strip_comment(line: str, language: str) -> str:
     marker = "#" if language == "triton" else "//"

@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 
 from skel.commands.common import add_catalog, add_json, add_library, dims_arg, emit_json, load_user_library, positive_int
+from skel.commands.console import add_verbosity, print_lines
+from skel.commands.progress import StepProgress
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from skel.executor import add_executor_args, executor_from_args
 
@@ -39,7 +41,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", type=Path, help="where to write the accepted kernel (default TARGET.skel.py)")
     p.add_argument("--in-place", action="store_true", help="overwrite TARGET (a backup TARGET.orig is kept)")
     p.add_argument("--skeleton", action="append", default=[], metavar="CODE", help="only these skeletons (repeatable)")
-    p.add_argument("--unsafe", action="store_true", help="allow rewrites that change rounding or reduction order")
+    p.add_argument("--unsafe", action="store_true", help="allow unsafe rewrites (rounding or reduction order changes, or an assumption "
+                   "static analysis cannot prove; each skeleton's docs say which)")
     p.add_argument("--dry-run", action="store_true", help="show the candidate diffs without running anything")
     p.add_argument("--shapes", help="shape set of the target's spec (default: ci on CPU, decode on GPU)")
     p.add_argument("--harness", type=Path, help="spec file (SPEC = TargetSpec(...)); default: the one inferred from"
@@ -65,6 +68,7 @@ def register(sub) -> None:
                    help="also judge the catalog's preview candidates (SKP..., `skel mine --history/--variants`): "
                    "each alone, unsafe, through the same gate; their verdicts rank and admit them")
     add_json(p)
+    add_verbosity(p)
     add_library(p)
     add_catalog(p)
     add_executor_args(p)
@@ -104,29 +108,44 @@ def cmd_apply(args) -> int:
     )
     if args.harness and (args.entry or args.variant or args.dims):
         raise UsageError("--entry, --variant and --dims shape the inferred harness: leave them out with --harness")
-    result = apply(options, library)
+    progress = StepProgress(sys.stderr, "skel apply", quiet=args.quiet)
+    try:
+        result = apply(options, library, progress)
+    finally:
+        progress.close()
     if args.json:
         data = result.to_json()
         data["candidates"] = [
             {"skeletons": c["skeletons"], "accepted": c["accepted"], "reason": c["reason"], "label": c["label"],
-             "numerics_passed": c["numerics_passed"], "params": c["params"]}
+             "numerics_passed": c["numerics_passed"], "params": c["params"], "unsafe": c["unsafe"], "diff": c["diff"]}
             for c in data["candidates"]
         ]
         emit_json(data)
     else:
-        _print_summary(result, args.dry_run)
+        _print_summary(result, args.dry_run, quiet=args.quiet)
     return EXIT_OK if result.output else EXIT_FINDINGS
 
 
-def _print_summary(result, dry_run: bool) -> None:
+def _print_summary(result, dry_run: bool, quiet: bool = False) -> None:
+    """The verdicts; a dry run's diffs, each as `git apply` takes it from the repository root. ``quiet``: a dry
+    run prints its diffs only (`skel apply K --dry-run -q --skeleton SK001 | git apply`), a run its output."""
+    if quiet:
+        for c in result.candidates:
+            if dry_run and c.diff:
+                print(c.diff, end="")
+        if not dry_run and result.output:
+            print(result.output)
+        return
+    lines = []
     for c in result.candidates:
         mark = "ACCEPTED" if c.accepted else ("dry-run " if dry_run else "        ")
-        print(f"{mark} {c.label}: {c.reason}")
+        lines.append((f"{mark} {c.label}: {c.reason}", "accepted" if c.accepted else ""))
         if dry_run:
-            print(c.diff)
+            lines.extend((line, "") for line in c.diff.rstrip("\n").split("\n"))
     for skeletons, reason in result.skipped:
-        print(f"skipped  {'+'.join(skeletons)}: {reason}")
+        lines.append((f"skipped  {'+'.join(skeletons)}: {reason}", "dim"))
     for note in result.notes:
-        print(f"note: {note}")
+        lines.append((f"note: {note}", "dim"))
+    print_lines(lines)
     print(f"output: {result.output or 'none'}")
-    print(f"report: {result.report}")
+    print(f"report: {result.report or 'none (dry run: nothing written)'}")

@@ -38,7 +38,11 @@ def register(sub) -> None:
     p.add_argument("--category", choices=CATEGORIES)
     p.add_argument("--target", choices=TARGETS, help="target language")
     p.add_argument("--lifecycle", "--status", dest="lifecycle", choices=LIFECYCLES)
-    p.add_argument("--family", help="kernel family, e.g. kda_decode")
+    p.add_argument("--origin", choices=("library", "mined"),
+                   help="library: the skeletons of the library (and --library folders) only; mined: only the "
+                        "candidates `skel mine --history/--variants` distilled (SKP..., lifecycle preview); default both, "
+                        "listed apart")
+    p.add_argument("--family", help="kernel family, e.g. kda_decode (families are spelt as kernels/ names its targets)")
     _common(p)
     p.set_defaults(func=cmd_list)
 
@@ -74,6 +78,7 @@ def register(sub) -> None:
     p.add_argument("--golden", action="store_true",
                    help="also run each folder's golden checks (fires on examples/before.py, not on after.py; "
                         "rewrite(before) == after); with --library, only the added folders' skeletons")
+    add_catalog(p, used=False)
     p.set_defaults(func=cmd_check)
 
     # `catalog prompt` (the agent brief) and `catalog repair` (salvage a damaged catalog) live in their own
@@ -122,28 +127,36 @@ def cmd_list(args) -> int:
     lib = _library(args)
     chosen = [
         s for s in lib
-        if (not args.category or s.category == args.category)
+        if args.origin != "mined"
+        and (not args.category or s.category == args.category)
         and (not args.target or args.target in s.targets)
         and (not args.lifecycle or s.lifecycle == args.lifecycle)
-        and (not args.family or args.family in s.families)
+        and (not args.family or args.family.replace("-", "_") in s.families)
     ]
     # History/variant candidates (SKP...) are preview skeletons without a category or family yet;
     # ranked after their gate verdicts: skel/commands/catalog_preview.py.
     from skel.commands import catalog_preview
 
     cands = []
-    if args.lifecycle in (None, "preview") and not args.category and not args.family and args.target in (None, "triton"):
+    if (args.origin != "library" and args.lifecycle in (None, "preview") and not args.category and not args.family
+            and args.target in (None, "triton")):
         cands = catalog_preview.ranked(args)
     if args.json:
         ev = _evidence(args, [s.code for s in chosen])
-        emit_json([_entry(s, ev[s.code]) for s in chosen] + [catalog_preview.entry(c, st) for c, st in cands])
+        emit_json([{**_entry(s, ev[s.code]), "origin": "library"} for s in chosen]
+                  + [catalog_preview.entry(c, st) for c, st in cands])  # origin: history or variants
         return EXIT_OK
     if not chosen and not cands:
         print("no skeleton matches these filters")
         return EXIT_OK
     width = max([len(s.name) for s in chosen] + [len(c.name) for c, _ in cands])
+    if chosen and cands:
+        print(f"library skeletons ({len(chosen)}):")
     for s in chosen:
         print(f"{s.code}  {s.name:<{width}}  {s.category:<11} {s.lifecycle:<10} {s.safety:<6} {','.join(s.targets)}")
+    if chosen and cands:
+        print(f"\nmined candidates ({len(cands)}; `skel mine --history/--variants`, not in the library; "
+              "`skel catalog promote CODE` adds one):")
     for c, st in cands:
         print(catalog_preview.list_line(c, st, width))
     return EXIT_OK

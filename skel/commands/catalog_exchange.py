@@ -34,6 +34,7 @@ def add_parser(verbs) -> None:
     p = verbs.add_parser("export", help="write the catalog as JSON Lines for another machine to merge",
                          description=EXPORT, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write (default: stdout)")
+    p.add_argument("--json", action="store_true", help="accepted for uniformity: the export is JSON Lines already")
     add_catalog(p)
     p.set_defaults(func=cmd_export)
 

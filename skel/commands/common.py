@@ -14,12 +14,15 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
-def add_catalog(parser: argparse.ArgumentParser) -> None:
+def add_catalog(parser: argparse.ArgumentParser, used: bool = True) -> None:
+    """``--catalog PATH`` (every verb takes it, so one alias or script can pass it everywhere; ``used=False``
+    says in the help that this verb reads and writes no catalog)."""
     parser.add_argument(
         "--catalog",
         type=Path,
         metavar="PATH",
-        help="catalog database (default: $SKEL_CATALOG, else ~/.cache/skel/catalog.sqlite)",
+        help="catalog database (default: $SKEL_CATALOG, else [tool.skel] catalog, else ~/.cache/skel/catalog.sqlite)"
+        + ("" if used else "; accepted by every verb, this one reads and writes no catalog"),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from skel.commands.common import add_json, dims_arg, emit_json
+from skel.commands.common import add_catalog, add_json, dims_arg, emit_json
 from skel.errors import EXIT_OK, UsageError
 
 EPILOG = """\
@@ -32,6 +32,7 @@ def register(sub) -> None:
     p.add_argument("--dims", type=dims_arg, default={}, metavar="N=64,H=32", help="decode sizes to use instead")
     p.add_argument("-o", "--output", type=Path, metavar="SPEC.py", help="write here (default: print)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --output file")
+    add_catalog(p, used=False)
     add_json(p)
     p.set_defaults(func=handler)
 

@@ -39,7 +39,7 @@ def handler(args) -> int:
     try:
         from skel.mcp_server import serve
     except ImportError as exc:
-        raise UsageError(f"`skel mcp` needs the mcp SDK (pip install 'mcp>=2'): {exc}") from None
+        raise UsageError(f"`skel mcp` needs the MCP SDK, an optional extra: pip install 'skel[mcp]' ({exc})") from None
     workspace = args.workspace or Path.cwd()
     if not workspace.is_dir():
         raise UsageError(f"--workspace {workspace}: not a directory")

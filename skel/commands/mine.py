@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from skel.commands.common import add_catalog, add_json, emit_json, positive_int
+from skel.commands.console import add_verbosity
 from skel.commands.progress import TallyProgress
 from skel.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from skel.executor import add_executor_args, executor_from_args
@@ -83,6 +83,7 @@ def register(sub) -> None:
     p.add_argument("--jobs", "-j", type=positive_int, default=None, metavar="N",
                    help="worker processes for parsing (default: the number of CPUs)")
     p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+    add_verbosity(p)
     p.add_argument("--force", action="store_true", help="re-parse files even when unchanged since the last run")
     p.add_argument("--max-bytes", type=positive_int, default=None, metavar="N",
                    help="skip files larger than N bytes (default: $SKEL_MAX_BYTES, else 5000000)")
@@ -116,8 +117,9 @@ def handler(args) -> int:
         return _history(args, executor)
     if args.variants:
         return _variants(args)
-    progress = None if args.no_progress or executor else Progress(sys.stderr)
-    tasks = None if args.no_progress or not executor else TallyProgress(sys.stderr, "skel mine --executor ray", "files")
+    quiet = args.no_progress or args.quiet
+    progress = None if quiet or executor else FileProgress(sys.stderr, verbose=args.verbose)
+    tasks = None if quiet or not executor else TallyProgress(sys.stderr, "skel mine --executor ray", "files")
     try:
         report = mine(args.paths, catalog=args.catalog, jobs=args.jobs, force=args.force,
                       max_bytes=args.max_bytes, progress=progress, executor=executor, on_tally=tasks)
@@ -130,9 +132,12 @@ def handler(args) -> int:
     else:
         for path, error in report.errors:
             print(f"{path}: error: {error}")
-        for line in tally(report):
-            print(line)
-    print(report.summary(), file=sys.stderr)
+        if not args.quiet:
+            for line in tally(report):
+                print(line)
+    sys.stdout.flush()
+    if not args.quiet:
+        print(report.summary(), file=sys.stderr)
     return EXIT_FINDINGS if report.errors else EXIT_OK
 
 
@@ -144,8 +149,9 @@ def _history(args, executor=None) -> int:
 
     reports = []
     for path in args.paths:
-        progress = None if args.no_progress else RateProgress(sys.stderr, f"skel mine --history {path}", "commits")
-        tasks = None if args.no_progress or not executor else TallyProgress(sys.stderr, f"Ray tasks for {path}",
+        progress = None if args.no_progress or args.quiet else RateProgress(sys.stderr, f"skel mine --history {path}",
+                                                                            "commits")
+        tasks = None if args.no_progress or args.quiet or not executor else TallyProgress(sys.stderr, f"Ray tasks for {path}",
                                                                             "chunks")
         try:
             reports.append(mine_history(path, catalog=args.catalog, paths=tuple(args.under), rev=args.rev,
@@ -211,35 +217,19 @@ def tally(report) -> list[str]:
     return [f"{code}: {i} instances, {o} opportunities" for code, (i, o) in sorted(counts.items())]
 
 
-class Progress:
-    """A one-line bar when stderr is a terminal; otherwise a plain line every few seconds."""
+class FileProgress:
+    """Files mined, with rate and time left (``RateProgress``); ``verbose``: also one line per file."""
 
-    def __init__(self, stream, every_s: float = 5.0):
-        self.stream = stream
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.every_s = every_s
-        self.last = time.monotonic()
-        self.drawn = False
+    def __init__(self, stream, verbose: bool = False):
+        from skel.commands.progress import RateProgress
+
+        self.rate = RateProgress(stream, "skel mine", "files", every_s=5.0)
+        self.verbose = verbose
 
     def __call__(self, done: int, total: int, path: str) -> None:
-        now = time.monotonic()
-        if self.tty:
-            if now - self.last < 0.05 and done < total:
-                return
-            width = 30
-            filled = int(width * done / max(total, 1))
-            name = os.path.basename(path)[:40]
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name:<40}")
-            self.stream.flush()
-            self.drawn = True
-        elif now - self.last >= self.every_s:
-            self.stream.write(f"skel mine: {done}/{total} files\n")
-            self.stream.flush()
-        else:
-            return
-        self.last = now
+        if self.verbose and path:
+            self.rate.log(f"skel mine: {done}/{total} {path}")
+        self.rate(done, total, os.path.basename(path)[:40])
 
     def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * 80 + "\r")
-            self.stream.flush()
+        self.rate.close()

@@ -1,17 +1,22 @@
 """Progress of a long run on stderr: done/total, rate and time left.
 
-On a terminal one line is redrawn in place (at most every 0.1 s); otherwise (a log, CI) a
+On a terminal a rich progress bar is redrawn in place (at most every 0.1 s); otherwise (a log, CI) a
 plain line is written every ``every_s`` seconds, so a long run shows it is alive without
 flooding the log. The rate counts only what this run did: a resumed run that starts at
 400/899 does not claim the first 400 as its own speed.
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable, TextIO
 
 
 class RateProgress:
+    """done/total with this run's rate and the time left. On a terminal, a rich progress bar redrawn in
+    place (at most every 0.1 s; messages given to ``log`` print above it); elsewhere a plain line every
+    ``every_s`` seconds. Call it as ``progress(done, total, item)``; ``close()`` when the run ends."""
+
     def __init__(self, stream: TextIO, what: str, unit: str, every_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic):
         self.stream, self.what, self.unit, self.every_s, self.clock = stream, what, unit, every_s, clock
@@ -20,6 +25,8 @@ class RateProgress:
         self.start_done = 0
         self.last = 0.0
         self.drawn = False
+        self._bar = None
+        self._task = None
 
     def __call__(self, done: int, total: int, item: str = "") -> None:
         now = self.clock()
@@ -28,17 +35,43 @@ class RateProgress:
             if not self.tty:
                 return
         if self.tty:
-            if now - self.last < 0.1 and done < total:
+            if now - self.last < 0.1 and done < total and self.drawn:
                 return
-            line = self.line(done, total, now, item)
-            self.stream.write("\r" + line.ljust(100)[:100])
-            self.drawn = True
+            try:
+                self._draw(done, total, self.line(done, total, now, item))
+            except ImportError:  # no rich here: one plain line, redrawn
+                self.stream.write("\r" + self.line(done, total, now, item)[:100].ljust(100))
+                self.stream.flush()
         elif now - self.last >= self.every_s:
             self.stream.write(self.line(done, total, now, item) + "\n")
+            self.stream.flush()
         else:
             return
-        self.stream.flush()
         self.last = now
+
+    def _draw(self, done: int, total: int, stats: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        if self._bar is None:
+            console = Console(file=self.stream, force_terminal=True, highlight=False, width=max(120, _width()))
+            self._bar = Progress(BarColumn(bar_width=24),
+                                 TextColumn("{task.fields[stats]}"), console=console, auto_refresh=False,
+                                 transient=True, get_time=self.clock)
+            self._bar.start()
+            self._task = self._bar.add_task(self.what, total=total or 1, completed=done, stats=stats)
+        self._bar.update(self._task, total=total or 1, completed=done, stats=stats)
+        self._bar.refresh()
+        self.drawn = True
+
+    def log(self, message: str) -> None:
+        """A message line; on a terminal printed above the bar, which is redrawn below it."""
+        if self._bar is not None:
+            self._bar.console.print(message, markup=False, highlight=False)
+            self._bar.refresh()
+        else:
+            self.stream.write(message + "\n")
+            self.stream.flush()
 
     def line(self, done: int, total: int, now: float, item: str = "") -> str:
         elapsed = now - (self.start if self.start is not None else now)
@@ -49,9 +82,38 @@ class RateProgress:
         return f"{self.what}: {done}/{total} {self.unit} ({pct} %), {rate:.1f} {self.unit}/s, ETA {eta}{tail}"
 
     def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * 100 + "\r")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+class StepProgress:
+    """``skel apply``'s progress: its messages (``[3/12] gate: SK001``, ``[3/12] accepted ...``) on stderr,
+    and a RateProgress over the candidates judged, from the ``[i/n]`` the messages carry. ``quiet``: nothing."""
+
+    STEP = re.compile(r"^\[(?:second round )?(\d+)/(\d+)\] (?!gate)")
+
+    def __init__(self, stream: TextIO, what: str, quiet: bool = False, clock: Callable[[], float] = time.monotonic):
+        self.quiet = quiet
+        self.rate = RateProgress(stream, what, "candidates", every_s=30.0, clock=clock)
+        self.prefix = f"{what}: "
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        self.rate.log(self.prefix + message)
+        m = self.STEP.match(message)
+        if m:
+            self.rate(int(m.group(1)), int(m.group(2)))
+
+    def close(self) -> None:
+        self.rate.close()
+
+
+def _width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
 
 
 class TallyProgress:

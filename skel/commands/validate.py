@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
+from skel.catalog.store import resolve_catalog_path
+from skel.commands.common import add_catalog
 from skel.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UsageError
 
 EPILOG = """\
@@ -47,6 +50,11 @@ def register(subparsers) -> None:
     p.add_argument("--no-bench", action="store_true", help="skip timing on a GPU")
     p.add_argument("--all-shapes", action="store_true", help="keep judging after the first failing shape")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--skeleton", action="append", default=[], metavar="CODE",
+                   help="the skeleton(s) the candidate applies (repeatable): the verdict is recorded in the catalog "
+                        "as their evidence, per shape, with where it ran (`skel results export` lists it)")
+    p.add_argument("--no-record", action="store_true", help="with --skeleton: do not record the verdict")
+    add_catalog(p)
     p.set_defaults(func=handler)
 
 
@@ -73,9 +81,39 @@ def handler(args) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(render(result))
+    if args.skeleton and not args.no_record and not result.error:
+        n = record(result, args)
+        print(f"skel: recorded {n} run(s) for {'+'.join(args.skeleton)} in {resolve_catalog_path(args.catalog)}",
+              file=sys.stderr)
     if result.error:
         return EXIT_USAGE
     return EXIT_OK if result.accepted else EXIT_FINDINGS
+
+
+def record(result, args) -> int:
+    """The verdict, one run per judged shape, as evidence for ``--skeleton`` (``validate.record``)."""
+    import hashlib
+    from pathlib import Path
+
+    from skel.catalog.store import open_catalog
+    from skel.validate.environment import current
+    from skel.validate.record import runs_from_gate
+
+    gate = result.to_dict()
+    machine = gate.get("machine") if isinstance(gate.get("machine"), dict) else {}
+    target = Path(result.target)
+    env = current(target if target.exists() else None, result.device, gpu=(machine or {}).get("name", ""),
+                  driver=(machine or {}).get("driver", "")).to_json()
+    source = Path(result.candidate).read_bytes() if Path(result.candidate).is_file() else b""
+    label = f"{'+'.join(c.upper() for c in args.skeleton)}: {Path(result.candidate).name}"
+    reason = "accepted" if result.accepted else "; ".join(result.reasons) or "rejected"
+    runs = runs_from_gate(gate, [c.upper() for c in args.skeleton], label, f"{result.family}:{target.name}",
+                          hashlib.sha256(source).hexdigest(), reason, env)
+    with open_catalog(args.catalog) as cat:
+        with cat.transaction():
+            for run in runs:
+                cat.record_validation(run)
+    return len(runs)
 
 
 def _fmt(value) -> str:
