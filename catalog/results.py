@@ -21,7 +21,7 @@ COLUMNS = ("id", "date", "target", "candidate", "skeletons", "shape", "dtype", "
            "ci_low", "ci_high", "unit", "baseline_us", "candidate_us", "baseline_roofline_pct",
            "candidate_roofline_pct", "floor_us", "baseline_floor_x", "candidate_floor_x", "regime", "gpu", "driver", "cuda", "torch", "triton", "python", "skel", "commit",
            "source_hash", "reason")
-PARQUET_MISSING = ("parquet needs pyarrow, which is not installed: `pip install pyarrow` (or export --format csv "
+PARQUET_MISSING = ("parquet needs pyarrow, which is not installed: `pip install 'skel[parquet]'` (or export --format csv "
                    "and convert it); csv and json need nothing")
 
 

@@ -135,7 +135,12 @@ def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
         shape = dict(options.shape)
         return C.skip(CODE, SAFETY, source, f"no plan keeps the state within {MAX_STATE_PER_THREAD} fp32 elements "
                                             f"per thread at K={shape.get('K')}, V={shape.get('V')}")
-    return [_rewrite(src, found, plan, source) for plan in plans]
+    out: list[Rewrite] = []
+    for plan in plans:  # at most options.max_variants that apply (a rule's confirm asks for one: the first)
+        out.append(_rewrite(src, found, plan, source))
+        if sum(r.applied for r in out) >= options.max_variants:
+            break
+    return out
 
 
 def _target(module: cst.Module, func: cst.FunctionDef, pos):

@@ -152,7 +152,9 @@ class Rule:
 
         from skel.rewriter.base import RewriteOptions
 
-        results = type(self).rewrite(source, dataclasses.replace(options or RewriteOptions(), kernel=kernel))
+        # one candidate answers the question: a search stops at its first variant that applies
+        results = type(self).rewrite(source, dataclasses.replace(options or RewriteOptions(), kernel=kernel,
+                                                                 max_variants=1))
         if any(r.applied for r in results):
             return None
         return results[0].reason if results else "the rewrite returned nothing"

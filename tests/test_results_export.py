@@ -89,6 +89,18 @@ def test_parquet_without_pyarrow_says_why(catalog, capsys, monkeypatch, tmp_path
     assert main(["results", "export", "--format", "parquet", "--catalog", str(catalog)]) == 2  # binary: needs -o
 
 
+def test_parquet_round_trips_the_long_table(catalog, capsys, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    assert main(["results", "export", "--catalog", str(catalog), "--format", "json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    out = tmp_path / "r.parquet"
+    assert main(["results", "export", "--format", "parquet", "-o", str(out), "--catalog", str(catalog)]) == 0
+    got = pq.read_table(out).to_pylist()
+    assert len(got) == len(want) == 3
+    assert [r["candidate"] for r in got] == [r["candidate"] for r in want]
+    assert got[0]["gpu"] == "NVIDIA H200" and got[2]["median"] in (None, "")  # nothing measured: no number
+
+
 def test_output_file_is_not_overwritten_without_force(catalog, capsys, tmp_path):
     out = tmp_path / "r.csv"
     out.write_text("mine\n")
