@@ -48,6 +48,7 @@ class _Kernel:
     template: object | None  # enclosing template_declaration
     fragment: bool  # recovered by re-parsing the kernel alone
     truncated: int = 0  # closing braces missing at the end of the file (added for parsing)
+    kind: str = "kernel"  # kernel | device-function (a __device__ helper, profiled for its callers)
 
 
 def profile_file(path: str) -> list[KernelProfile]:
@@ -66,7 +67,8 @@ def profile_file(path: str) -> list[KernelProfile]:
 
 
 def profile_source(text: str, path: str) -> list[KernelProfile]:
-    """One ``KernelProfile`` per ``__global__`` function defined in ``text``.
+    """One ``KernelProfile`` per ``__global__`` function defined in ``text``, and one (kind
+    ``device-function``) per ``__device__`` helper doing shuffles, reductions, square roots or exps.
 
     Raises ValueError("path:line: why") for binary input, or when the file defines
     ``__global__`` functions and none of them can be parsed.
@@ -133,6 +135,7 @@ def read_source(text: str, path: str) -> CudaFile:
         file_notes.append("macros stripped or mapped: " + ", ".join(san.stripped))
     if failed:
         file_notes.append("kernels at lines " + ", ".join(map(str, failed)) + " not parsed")
+    kernels += [_Kernel(n, t, False, kind="device-function") for n, t in _device_helpers(root, src)]
     kernels.sort(key=lambda k: k.node.start_byte)
     code_bytes = san.code.encode("utf-8")
     last_line = san.text.count("\n") + 1
@@ -199,6 +202,30 @@ def _device_functions(root) -> dict[str, int]:
                 name = _function_name(n)
                 if name:
                     out.setdefault(name.split("::")[-1], n.start_point[0] + 1)
+            continue
+        stack.extend(n.children)
+    return out
+
+
+# What makes a __device__ helper worth a profile: the work skeletons look for (warp shuffles and
+# reductions, square roots, exponentials). Other helpers (vector loads, index math) are not profiled.
+_HELPER_WORK = re.compile(rb"shfl|reduce|sqrt|exp")
+
+
+def _device_helpers(root, src: bytes) -> list:
+    """(function_definition, template|None) for ``__device__`` (not ``__global__``) functions with
+    a body doing such work: their findings count for the kernels of the file that call them."""
+    out = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "function_definition":
+            kinds = {c.type for c in n.children}
+            body = n.child_by_field_name("body")
+            if "__device__" in kinds and "__global__" not in kinds and body is not None \
+                    and _HELPER_WORK.search(src[body.start_byte:body.end_byte]):
+                parent = n.parent
+                out.append((n, parent if parent is not None and parent.type == "template_declaration" else None))
             continue
         stack.extend(n.children)
     return out
@@ -370,5 +397,5 @@ def _profile(k: _Kernel, path: str, code_bytes: bytes, last_line: int, launches,
         params=tuple(tparams + fparams), program_axes=body.axes, loops=body.loops,
         memops=body.memops, reductions=body.reductions, dots=body.dots, math=body.math,
         dtypes=dtypes_in(kernel_code), launches=sites, dataflow=body.dataflow,
-        shared=body.shared, notes=tuple(notes),
+        shared=body.shared, notes=tuple(notes), kind=k.kind,
     )

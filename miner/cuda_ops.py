@@ -91,7 +91,26 @@ def reduction_call(name: str, full: str) -> str | None:
         return "warp-reduce"
     if name == "reduce" and ("cg::" in full or "cooperative_groups" in full):
         return "cg-reduce"
-    return None
+    return _WRAPPERS.get((_namespace(full), bare.lower())) or _WRAPPERS.get(("", bare.lower()))
+
+
+# Reductions that libraries wrap (data, not code): (namespace or "", function name) -> op.
+# FlashInfer's warp::/cta:: helpers, the common warpReduceSum/blockReduceSum helpers, CUTLASS's.
+_WRAPPERS = {
+    **{("warp", f"reduce_{op}"): "warp-reduce" for op in ("sum", "max", "min")},
+    **{("cta", f"reduce_{op}"): "block-reduce" for op in ("sum", "max", "min")},
+    **{("block", f"reduce_{op}"): "block-reduce" for op in ("sum", "max", "min")},
+    **{("", f"warpreduce{op}"): "warp-reduce" for op in ("sum", "max", "min")},
+    **{("", f"warp_reduce_{op}"): "warp-reduce" for op in ("sum", "max", "min")},
+    **{("", f"blockreduce{op}"): "block-reduce" for op in ("sum", "max", "min")},
+    **{("", f"block_reduce_{op}"): "block-reduce" for op in ("sum", "max", "min")},
+}
+
+
+def _namespace(full: str) -> str:
+    """The innermost namespace of a qualified call (``flashinfer::warp::reduce_sum<T>`` -> ``warp``)."""
+    parts = re.split(r"::", re.sub(r"<[^<>]*>", "", full.split("(")[0]).strip())
+    return parts[-2].strip() if len(parts) >= 2 else ""
 
 
 # --- math ---------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from skel.catalog.records import KernelProfile, StoredFile
 from skel.catalog.store import Catalog, Finding, SourceRecord, open_catalog
 from skel.miner.cache import cache_key
 from skel.miner.fork_parts import map_parts
+from skel.miner.interproc import attribute_to_callers
 from skel.miner.gc_pause import gc_paused
 from skel.miner.sourcefile import UnreadableSource, decode, default_max_bytes, os_reason, too_large
 from skel.miner.walk import Candidate, collect
@@ -196,8 +197,15 @@ def _analyze(path: str, text: str, language: str, parts: int
     except Exception as exc:  # a frontend bug must not stop the run: report it with the file
         return [], [], f"{language} frontend failed: {type(exc).__name__}: {exc}"
     problems = [problem for _, _, problem in rows if problem]
-    findings = unsuppressed(text, language, [(p, fs) for p, fs, _ in rows])
-    return [p for p, _, _ in rows], findings, "; ".join(problems) or None
+    profiles = [p for p, _, _ in rows]
+    # a helper's findings count for its callers (at the call site), then suppression comments apply
+    attributed = attribute_to_callers(profiles, [f for _, fs, _ in rows for f in fs], text)
+    by_kernel: dict[str, list[Finding]] = {}
+    for f in attributed:
+        by_kernel.setdefault(f.kernel, []).append(f)
+    grouped = [(p, by_kernel.pop(p.name, [])) for p in profiles]
+    findings = unsuppressed(text, language, grouped)
+    return profiles, findings, "; ".join(problems) or None
 
 
 def unsuppressed(text: str, language: str, rows: list[tuple[KernelProfile, list[Finding]]]) -> list[Finding]:

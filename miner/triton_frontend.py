@@ -119,7 +119,7 @@ def _profile(fn, path: str, src: Source, helpers, base: Scope, sites: tuple[Laun
         name=fn.name, path=path, language="triton", line=fn.lineno, end_line=fn.end_lineno,
         params=params, program_axes=axes, loops=loops, memops=tuple(memops), reductions=tuple(reductions),
         dots=tuple(dots), math=tuple(maths), dtypes=tuple(walker.dtypes_seen), launches=sites,
-        tune=tune_configs(fn, base.env), dataflow=tuple(walker.edges), notes=(),
+        tune=tune_configs(fn, base.env, base.nodes), dataflow=tuple(walker.edges), notes=(),
         kind="kernel" if has_pid or sites else "device-function", symbols=symbols,
     )
 

@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping
 
 from skel.catalog.records import LaunchSite, Param
-from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text, kwarg
+from skel.miner.pyexpr import Source, Unresolved, dotted, evaluate, evaluate_text
 from skel.miner.triton_scan import LaunchScopes
 from skel.miner.triton_scope import Scope
 
@@ -126,16 +126,21 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
             break
         if i < len(names):
             args.append((names[i], a))
-    for kw in call.keywords:
-        if kw.arg in names:
-            args.append((kw.arg, kw.value))
+    keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
+    for kw in call.keywords:  # ``kernel[grid](..., **kwargs)`` with kwargs a dict literal in scope
+        if kw.arg is None:
+            keywords += _star_keywords(kw.value, scope)
+    for name, value in keywords:
+        if name in names:
+            args.append((name, value))
     constexpr = {p.name for p in params if p.constexpr}
     values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
     grid_names, meta_keys = _grid_reads(grid_node, scope)
-    passed = {kw.arg: kw.value for kw in call.keywords if kw.arg in constexpr and TILE_NAME.match(kw.arg)}
+    passed = {n: a for n, a in keywords if n in constexpr and TILE_NAME.match(n)}
     tiles = tuple(sorted({n for n, a in passed.items() if n in meta_keys or (isinstance(a, ast.Name) and a.id in grid_names)}
                          | {k for k in meta_keys if k in constexpr and TILE_NAME.match(k) and k not in passed}))
-    nw, ns = kwarg(call, "num_warps"), kwarg(call, "num_stages")
+    launch_kw = dict(keywords)
+    nw, ns = launch_kw.get("num_warps"), launch_kw.get("num_stages")
     return LaunchSite(
         line=call.lineno,
         grid=grid_text,
@@ -146,6 +151,21 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         num_stages=None if ns is None else _value(ns, scope, src),
         grid_tiles=tiles,
     )
+
+
+def _star_keywords(node: ast.AST, scope: Scope) -> list[tuple[str, ast.AST]]:
+    """The (name, value) pairs of ``**kwargs`` when kwargs is a dict literal or ``dict(a=...)`` the
+    scope defines (``kwargs = {"BLOCK_N": 2048, "num_warps": 1}``); nothing when it is not known."""
+    seen = 0
+    while isinstance(node, ast.Name) and node.id in scope.nodes and seen < 4:
+        node = scope.nodes[node.id]
+        seen += 1
+    if isinstance(node, ast.Dict):
+        return [(k.value, v) for k, v in zip(node.keys, node.values)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return [(kw.arg, kw.value) for kw in node.keywords if kw.arg is not None]
+    return []
 
 
 def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str], set[str]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,6 +39,9 @@ class KernelDef:
     name: str
     params: tuple[Param, ...]
     decorators: tuple[str, ...]  # dotted names of the decorators
+    # A kernel made by ``name = triton.jit(...)(fn)`` / ``triton.jit(fn)``: the ``triton.jit(...)``
+    # call that stands for its decorator (None for a decorated ``def``); ``line`` is then fn's def.
+    jit_call: ast.expr | None = None
 
 
 def params_of(fn, src: Source) -> tuple[Param, ...]:
@@ -79,6 +83,8 @@ class Outline:
         top: list[tuple[str, str]] = []
         nested: list[list[tuple[str, str]]] = []
         candidates: list[KernelDef] = []
+        module_fns: dict[str, tuple[int, ast.AST]] = {}
+        aliases: list[tuple[str, ast.Call, str]] = []  # (kernel name, triton.jit(...) call, function name)
         for i, tree in blocks.parse_all():
             index = ModuleIndex(tree, blocks.text)
             module_scope(tree, src, self.base)
@@ -88,6 +94,13 @@ class Outline:
                 names = decorator_names(fn)
                 if any(n in JIT_NAMES or n == "jit" for n in names):
                     candidates.append(KernelDef(i, fn.lineno, fn.name, params_of(fn, src), names))
+            module_fns.update({s.name: (i, s) for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))})
+            aliases += [a for s, fn in index.simple_statements if fn is None and (a := jit_alias(s))]
+        for name, call, target in aliases:
+            if target in module_fns:
+                block, fn = module_fns[target]
+                jit = dotted(call.func) or ""
+                candidates.append(KernelDef(block, fn.lineno, name, params_of(fn, src), (jit,), call))
         # One module's pass meets its top-level imports first, then nested bodies depth first from
         # the last statement back: the same order over the blocks gives the same dict.
         self.imports: dict[str, str] = {}
@@ -97,6 +110,34 @@ class Outline:
             for n, m in rows:
                 self.imports[n] = m
         self.kernels = sorted((k for k in candidates if is_jit(k.decorators, self.imports)), key=lambda k: k.line)
+
+
+def jit_alias(stmt: ast.stmt) -> tuple[str, ast.Call, str] | None:
+    """``k = triton.jit(do_not_specialize=[...])(fn)`` or ``k = triton.jit(fn)``: (k, the call that
+    stands for ``@triton.jit(...)``, fn). None for any other statement."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    v = stmt.value
+    if not (isinstance(v, ast.Call) and len(v.args) == 1 and isinstance(v.args[0], ast.Name) and not v.keywords):
+        return None
+    jit = v.func if isinstance(v.func, ast.Call) else v  # triton.jit(...)(fn) | triton.jit(fn)
+    name = dotted(jit.func) or ""
+    if not (name in JIT_NAMES or name == "jit"):
+        return None
+    if jit is v:
+        jit = ast.Call(func=v.func, args=[], keywords=[])
+    return stmt.targets[0].id, jit, v.args[0].id
+
+
+def as_kernel(k: KernelDef, fn: ast.AST) -> ast.AST:
+    """The function tree a kernel is profiled from: the ``def`` itself, or for a jit alias a copy
+    named as the alias with its ``triton.jit(...)`` call as the decorator (the original is shared)."""
+    if k.jit_call is None:
+        return fn
+    twin = copy.copy(fn)
+    twin.name = k.name
+    twin.decorator_list = [k.jit_call]
+    return twin
 
 
 ProfileKernel = Callable[[ast.AST, tuple[LaunchSite, ...]], KernelProfile]
@@ -123,14 +164,15 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
     defs_in: dict[int, list[KernelDef]] = {}
     for k in kernels:
         defs_in.setdefault(k.block, []).append(k)
-    sites: dict[int, list[tuple[tuple[int, int], LaunchSite]]] = {k.line: [] for k in kernels}
-    waiting: dict[int, tuple[KernelDef, ast.AST | None]] = {}  # def line -> (kernel, its tree or None)
+    # keyed by (def line, name): jit aliases of one function share its def line
+    sites: dict[tuple[int, str], list[tuple[tuple[int, int], LaunchSite]]] = {(k.line, k.name): [] for k in kernels}
+    waiting: dict[tuple[int, str], tuple[KernelDef, ast.AST | None]] = {}  # -> (kernel, its tree or None)
     held = 0
     out: list[KernelProfile] = []
     scopes = LaunchScopes(outline.base, src)  # one reading per launching function, shared by its launches
 
     def finish(k: KernelDef, fn) -> None:
-        out.append(profile(fn, tuple(s for _, s in sorted(sites.pop(k.line), key=lambda t: t[0]))))
+        out.append(profile(as_kernel(k, fn), tuple(s for _, s in sorted(sites.pop((k.line, k.name)), key=lambda t: t[0]))))
 
     for i in sorted(launch_blocks | set(defs_in)):
         tree = blocks.tree(i)
@@ -138,12 +180,12 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
         if i in launch_blocks:
             for name, call, fn in launch_calls(index.simple_statements, lines, all_names):
                 for k in by_name.get(name, ()):
-                    sites[k.line].append(((call.lineno, call.col_offset),
+                    sites[(k.line, k.name)].append(((call.lineno, call.col_offset),
                                           launch_site(call, fn, k.params, outline.base, src, scopes)))
         if i in defs_in:
             fns = {fn.lineno: fn for fn in index.functions}
             for k in defs_in[i]:
-                waiting[k.line] = (k, fns[k.line])
+                waiting[(k.line, k.name)] = (k, fns[k.line])
                 held += fns[k.line].end_lineno - k.line + 1
         for line, (k, fn) in list(waiting.items()):
             # every block that may launch it has been read (a dropped tree waits for the end)
@@ -159,9 +201,9 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
                 held -= fn.end_lineno - k.line + 1
     for block in sorted({k.block for k, fn in waiting.values() if fn is None}):
         fns = {fn.lineno: fn for fn in ModuleIndex(blocks.tree(block), blocks.text).functions}
-        for line, (k, fn) in list(waiting.items()):
+        for key, (k, fn) in list(waiting.items()):
             if k.block == block and fn is None:
-                waiting[line] = (k, fns[line])
+                waiting[key] = (k, fns[k.line])
     for k, fn in waiting.values():
         finish(k, fn)
     return out

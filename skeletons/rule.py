@@ -39,6 +39,7 @@ from skel.miner.detectors.base import Check, ConditionResult, Ctx, Hit
 
 SAFETIES = ("safe", "unsafe")
 REWRITE_APPLIES = "rewrite-applies"  # the pseudo-condition a confirmed evaluation may add
+KERNEL_ONLY = "kernel-level"  # the pseudo-condition a kernel-level rule reports on a helper
 KINDS = ("codemod", "template", "launch-search", "pattern")
 
 
@@ -69,6 +70,11 @@ class Rule:
     LANGUAGES: ClassVar[tuple[str, ...]] = ("triton", "cuda")
     CONDITIONS: ClassVar[Mapping[str, Callable[[Ctx], Check]]] = {}
     rewrite: ClassVar[Callable | None] = None
+    # True: the conditions read only the function's own body, so on a jit helper / __device__
+    # function they hold wherever it is inlined, and its findings count for the kernels that call
+    # it (miner/interproc.py). False: they need the kernel's grid, launch or launcher, which a
+    # helper does not have; the rule is judged on the kernels only.
+    HELPERS: ClassVar[bool] = True
 
     # -- derived metadata ----------------------------------------------------------------------
     @classmethod
@@ -108,7 +114,10 @@ class Rule:
         can do (``skel match``, ``apply``, ``prompt``; mining, at corpus scale, does not confirm)."""
         if not self.applies_to(ctx):
             langs = ", ".join(self.LANGUAGES)
-            return (ConditionResult("language", False, f"{self.code} targets {langs}, not {ctx.p.language}"),)
+            return (ConditionResult("language", False, f"{self.code}'s detector reads {langs} kernels only, not {ctx.p.language}"),)
+        if not self.HELPERS and ctx.p.kind == "device-function":
+            return (ConditionResult(KERNEL_ONLY, False, f"{ctx.p.name} is a helper with no grid, launch or launcher of "
+                                                        f"its own: {self.code} is judged on the kernels that call it"),)
         results = tuple(self.check(cid, ctx).result(cid) for cid in (ids or tuple(self.CONDITIONS)))
         if confirm and self.rewrite is not None and ctx.p.language == "triton" and all(r.holds for r in results):
             reason = self.confirm(ctx.source, ctx.p.name)
@@ -123,14 +132,19 @@ class Rule:
         ``every_condition=False`` (mining, which keeps the findings only): the conditions are checked in
         order up to the first that fails, and the Detection's conditions end there; the instances and
         opportunities are the same (measured: 40 % of the detectors' time on a file of small kernels)."""
-        if not self.applies_to(ctx):
+        if not self.applies_to(ctx) or (not self.HELPERS and ctx.p.kind == "device-function"):
             return Detection(self.evaluate(ctx), (), ())
         results = self.evaluate(ctx) if every_condition else self._up_to_first_failure(ctx)
         instances = tuple(self.instances(ctx))
         if not all(r.holds for r in results):
             return Detection(results, instances, ())
         used = {h.line for h in instances}
-        return Detection(results, instances, tuple(h for h in self.sites(ctx) if h.line not in used))
+        sites = tuple(h for h in self.sites(ctx) if h.line not in used)
+        contract = ctx.file.exact_contract if self.SAFETY == "unsafe" else None
+        if contract:  # the rewrite changes rounding where the code promises bit-exact results: say so
+            note = (("caveat", f"the file states a bit-exact contract ({contract}); this rewrite changes rounding"),)
+            sites = tuple(Hit(h.line, h.end_line, h.params + note) for h in sites)
+        return Detection(results, instances, sites)
 
     def _up_to_first_failure(self, ctx: Ctx) -> tuple[ConditionResult, ...]:
         results = []

@@ -52,6 +52,8 @@ STATIC: dict[str, frozenset[str]] = {
         "test_third_kernel_matches_original", "test_upstream_gdn_matches_original",
         "test_upstream_kda_matches_original",
         "test_default_plans_are_the_measured_winners"}),  # static, but 5-6 s: too slow for the loop
+    "test_mining_classes.py": ALL,
+    "test_mining_eval.py": frozenset({"test_the_fixed_classes_stay_fixed_on_real_files"}),  # fetches wheels
     "test_mine.py": frozenset({
         "test_concurrent_miners_share_one_catalog", "test_mines_the_fla_kda_folder",
         "test_parallel_workers_give_the_same_result"}),

@@ -13,8 +13,6 @@ from skel.skeletons.golden import check_golden
 from skel.skeletons.library import load_library
 
 KNOWN = {
-    "SK009": "the detector does not see the program id multiplied into an offset through the flat grid index",
-    "SK012": "the detector still reports the split-KV opportunity on the merged kernel of after.py",
 }
 
 

@@ -19,8 +19,6 @@ from rule_corpus import FLA_SAMPLE, ROOT, library_files, verdicts
 
 # (file relative to the repository or to fla-core, code) -> why the two still disagree
 KNOWN: dict[tuple[str, str], str] = {
-    ("skeletons/SK005-launch-config-search/examples/fixtures.py", "SK008"): "SK008's conditions count a parameter as a runtime shape that the rewrite does not",
-    ("kernels/dsa_indexer/kernel.py", "SK008"): "SK008's conditions count a parameter as a runtime shape that the rewrite does not",
 }
 
 

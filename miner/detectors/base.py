@@ -78,6 +78,9 @@ _TOP_DEF = re.compile(r"^def\s")
 _NAME_EQ = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
 _NOT_ASSIGN = ("if ", "elif ", "for ", "while ", "return ", "def ", "@")  # statements _ASSIGN may match
 _TARGET = re.compile(r"[A-Za-z_][\w\.]*")
+_EXACT = re.compile(r"bit[- ]?exact|bit[- ]for[- ]bit|bitwise[- ](?:identical|equal|exact|parity)|bit[- ]identical|"
+                    r"torch\.equal\(|assert_equal\(|byte[- ]identical", re.I)
+_EXACT_HINTS = ("xact", "XACT", "it for", "IT FOR", "itwise", "dentical", "equal(")
 _CPP_DECL = re.compile(r"^\s*((?:const\s+)?(?:[\w:<>]+\s*[*&]?\s+)+)([A-Za-z_]\w*)\s*(\[[^\]]*\])?\s*(=|\+=)\s*(.+?);")
 
 
@@ -156,6 +159,18 @@ class FileText:
             self.cache[key + ":lines"] = [i for i, _ in rows]
         at = self.cache[key + ":lines"]
         return rows[bisect.bisect_left(at, lo):bisect.bisect_left(at, hi)]
+
+    @cached_property
+    def exact_contract(self) -> str | None:
+        """Where the file states that results must match bit for bit (``bit-exact``, ``bitwise
+        identical``, ``torch.equal``): "line N: text", or None. Rounding rewrites there need a caveat."""
+        if not any(w in self.text for w in _EXACT_HINTS):  # plain substring scans first: most files say nothing
+            return None
+        m = _EXACT.search(self.text)
+        if m is None:
+            return None
+        i = self.text.count("\n", 0, m.start()) + 1
+        return f"line {i}: {self.lines[i - 1].strip()[:120]}"
 
     @cached_property
     def _assign_lines(self) -> dict[str, list[int]]:

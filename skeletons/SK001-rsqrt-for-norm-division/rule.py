@@ -100,7 +100,7 @@ def _scalar_reduction(ctx: Ctx, expr: str, line: int, depth: int) -> str | None:
         return None
     found: list[str] = []
 
-    def scalar(node: ast.AST, depth: int) -> bool:
+    def scalar(node: ast.AST, depth: int, at: int = line) -> bool:
         if isinstance(node, ast.Constant):
             return isinstance(node.value, (int, float))
         if isinstance(node, ast.Call):
@@ -108,13 +108,15 @@ def _scalar_reduction(ctx: Ctx, expr: str, line: int, depth: int) -> str | None:
             if REDUCE_CALL.match(text):
                 found.append(text)
                 return True
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cast"):
+                return scalar(node.func.value, depth, at)  # a cast keeps one value per row (eps.to(tl.float32))
             return False
         if isinstance(node, ast.BinOp):
-            return scalar(node.left, depth) and scalar(node.right, depth)
+            return scalar(node.left, depth, at) and scalar(node.right, depth, at)
         if isinstance(node, ast.UnaryOp):
-            return scalar(node.operand, depth)
+            return scalar(node.operand, depth, at)
         if isinstance(node, ast.Name):
-            d = ctx.last_def(node.id, line - 1)
+            d = ctx.last_def(node.id, at - 1)
             if d is None:
                 return ctx.param(node.id) is not None  # a kernel parameter: one value for the program
             if d.op != "=" or depth <= 0 or len(d.targets) != 1:
@@ -123,7 +125,7 @@ def _scalar_reduction(ctx: Ctx, expr: str, line: int, depth: int) -> str | None:
                 rhs = ast.parse(d.rhs.strip(), mode="eval").body
             except SyntaxError:
                 return False
-            if scalar(rhs, depth - 1):
+            if scalar(rhs, depth - 1, d.line):  # names in its right-hand side as of that line
                 found.append(f"line {d.line}: {node.id} = {d.rhs}")
                 return True
         return False

@@ -154,7 +154,12 @@ def grid_splits_value_dim(ctx: Ctx) -> Check:
 def repeats_tile_independent_work(ctx: Ctx) -> Check:
     work = _work(ctx)
     if not work:
-        return no("nothing in the token loop is independent of the V-tile id (or there is no V tile / token loop)")
+        # name the reason that actually holds: no V tile, no token loop, or truly no shared work
+        if not _v_tile_var(ctx):
+            return no("no program id selects a V tile, so no work is repeated across V tiles")
+        if not any(lp.is_time_loop for lp in ctx.p.loops):
+            return no("the kernel has no token loop: there is no per-step work for the V tiles to repeat")
+        return no("every load, reduction and transcendental in the token loop depends on the V-tile id")
     shown = "; ".join(f"line {ln}: {t}" for ln, t in work[:4])
     return yes(f"{len(work)} lines in the token loop repeated by every V tile: {shown}")
 
@@ -216,6 +221,7 @@ class MergeVTiles(Rule):
     SAFETY = 'unsafe'
     LANGUAGES = LANGUAGES
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

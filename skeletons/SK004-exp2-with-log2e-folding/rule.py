@@ -242,8 +242,15 @@ def exp_argument_has_foldable_scale(ctx: Ctx) -> Check:
     rows = _opportunities(ctx)
     if not rows:
         calls = _natural_exps(ctx)
-        where = f" (line {calls[0][0]}: {calls[0][1]}({calls[0][2]}))" if calls else ""
-        return no("no exp argument is built only from terms scaled by one loop-invariant multiply" + where)
+        if not calls:
+            return no("no exp argument is built only from terms scaled by one loop-invariant multiply")
+        ln, n, a = calls[0]
+        texts = [a] + [d.rhs for d in ctx.closure(a, ln, depth=3, through_loads=False)]
+        if not any(_terms(t, "*") != [t] for t in texts for t in _terms(t, "+-")):
+            return no(f"line {ln}: {n}({a}): nothing in the argument is multiplied by a scale, so there is no "
+                      "multiply to fold log2(e) into (exp2 would add one)")
+        return no(f"line {ln}: {n}({a}): a term of the argument is not scaled by a loop-invariant multiply (a bias "
+                  "or an unscaled value would need rescaling too)")
     return yes("; ".join(f"line {ln}: {n}({a}): every term carries a loop-invariant scale" for ln, n, a in rows[:3]))
 
 

@@ -152,8 +152,18 @@ def launch_has_tunable_constexpr(ctx: Ctx) -> Check:
     return yes(f"line {s.line}: " + ", ".join(f"{k}={v}" for k, v in f.items()))
 
 
+def _run_time_configs(ctx: Ctx) -> str | None:
+    """The source of an autotune config list built when the module runs (a function call, a
+    comprehension over values not known statically), or None."""
+    return next((dict(c).get("text", "") for c in ctx.p.tune.autotune if dict(c).get("built_at_run_time")), None)
+
+
 def not_autotuned(ctx: Ctx) -> Check:
     n = len(ctx.p.tune.autotune)
+    built = _run_time_configs(ctx)
+    if built is not None:
+        return no(f"already autotuned over configs built at run time ({built[:80]}; keys: "
+                  f"{', '.join(ctx.p.tune.autotune_keys) or 'none'})")
     if n > 1:
         return no(f"already autotuned over {n} configs (keys: {', '.join(ctx.p.tune.autotune_keys) or 'none'})")
     return yes("no @triton.autotune on the kernel" if not n else "@triton.autotune has a single config")
@@ -206,7 +216,7 @@ def instances(ctx: Ctx) -> list[Hit]:
     out = [Hit.at(s.line, s.line, searched=ctx.text(m).strip()) for s in ctx.p.launches
            for m in _marked(ctx) if m < s.line and all(ctx.text(x).strip().startswith("#") for x in range(m, s.line))]
     configs = ctx.p.tune.autotune
-    if len(configs) < 2:
+    if len(configs) < 2 and _run_time_configs(ctx) is None:
         return out
     line = decorator_line(ctx, "triton.autotune") or ctx.p.line
     return [Hit.at(line, ctx.p.line, configs=len(configs), keys=list(ctx.p.tune.autotune_keys)), *out]
@@ -219,6 +229,7 @@ class LaunchConfigSearch(Rule):
     KIND = "launch-search"
     LANGUAGES = LANGUAGES
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

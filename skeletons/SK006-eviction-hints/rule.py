@@ -280,6 +280,7 @@ class EvictionHints(Rule):
 
     SAFETY = SAFETY
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

@@ -81,7 +81,8 @@ def _operands_fp32(ctx: Ctx, d) -> bool:
     ops = _operands(ctx, d)
     if len(ops) < 2:
         return False
-    if _result_var(ctx, d) in [o.strip() for o in ops[:2]] and not any(HALF.search(o) for o in ops):
+    res = _result_var(ctx, d)
+    if res in [o.strip() for o in ops[:2]] and not any(HALF.search(o) for o in ops) and _carried(ctx, res, d):
         # The dot's own result comes back as an operand (S = tl.dot(M, S) + L): tl.dot returns
         # fp32, and both operands must share a dtype, so from the second step on both are fp32.
         return True
@@ -95,6 +96,15 @@ def _operands_fp32(ctx: Ctx, d) -> bool:
         if not last or HALF.search(last) or not (F32.search(last) or any(F32.search(c) for c in chain[1:2])):
             return False
     return True
+
+
+def _carried(ctx: Ctx, var: str, d) -> bool:
+    """``var`` reaches the dot at ``d`` from the previous iteration of its loop: nothing assigns it
+    between the loop head and the dot (``b_v = tl.load(...)`` then ``b_v = tl.dot(A, b_v)`` is a
+    fresh load each step, not a chain)."""
+    if d.loop_line is None:
+        return True  # a dot outside loops: its own result cannot come back, keep the old reading
+    return not any(var in a.targets and d.loop_line < a.line < d.line for a in ctx.assigns)
 
 
 def _result_var(ctx: Ctx, d) -> str | None:
@@ -125,7 +135,7 @@ def _find_chain(ctx: Ctx, d) -> str | None:
     for d2 in ctx.p.dots:
         ops = _operands(ctx, d2)
         if d2.line == d.line:
-            if d.loop_line is not None and any(pat.search(o) for o in ops):
+            if d.loop_line is not None and any(pat.search(o) for o in ops) and _carried(ctx, var, d):
                 return f"line {d.line}: {var} feeds the same tl.dot on the next iteration of the loop at line {d.loop_line}"
             continue
         later = d2.line > d.line or (d.loop_line is not None and d2.loop_line == d.loop_line)

@@ -14,9 +14,10 @@ SK008: ``do_not_specialize`` for runtime shape arguments of a ``@triton.jit`` ke
 DESCRIPTION: Triton specializes integer arguments on their value being 1 and on divisibility
 by 16, so a kernel called with a new sequence length ``T`` or batch ``N`` may compile again
 (a JIT stall in decode). The rewrite lists, in ``@triton.jit(do_not_specialize=[...])``, the
-non-constexpr parameters that are shapes: those bounding a loop (``range(0, T)``,
-``tl.range(0, T)``) and those annotated as integers (``N: tl.int64``), except strides (their
-divisibility lets Triton vectorise). Names already listed are kept; nothing else changes.
+non-constexpr parameters the conditions select: plain integers named as per-call sizes (T, N,
+seq_len, batch...) that the kernel uses as numbers (not pointers it loads through), except where
+the value multiplies an address without a constexpr factor (its divisibility lets Triton
+vectorise). Names already listed are kept; nothing else changes.
 
 Safe: specialization affects compilation, never values.
 """
@@ -48,14 +49,38 @@ SCALAR_ANN = re.compile(r"^(tl\.)?(int32|int64|uint32|uint64|int)$")
 
 
 def _varying(ctx: Ctx):
-    """Plain integer parameters that name a per-call size."""
+    """Plain integer parameters that name a per-call size and that the kernel uses as a number:
+    a parameter it reads memory through (``tl.load(seq_lens + i)``, a bias pointer ``B``) is a
+    pointer whatever its name, and pointers are not specialised on their value."""
     out = []
+    pointers = _pointer_params(ctx)
     for p in ctx.p.params:
-        if p.constexpr or not VARYING.match(p.name):
+        if p.constexpr or not VARYING.match(p.name) or p.name in pointers:
             continue
         if p.annotation and not SCALAR_ANN.match(p.annotation.strip()):
             continue
         out.append(p)
+    return out
+
+
+_HEAD = re.compile(r"\s*\(?\s*([A-Za-z_]\w*)")
+
+
+def _pointer_params(ctx: Ctx) -> set[str]:
+    """Parameters the kernel dereferences: the base of a load/store address, directly or through
+    pointer variables built from them (``p_x = x + off``, ``x += row * stride``)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "pointers" in cache:
+        return cache["pointers"]
+    heads = {m.group(1) for mo in ctx.p.memops if (m := _HEAD.match(mo.pointer))}
+    changed = True
+    while changed:  # follow pointer variables back to the parameter they start from
+        changed = False
+        for a in ctx.assigns:
+            if set(a.targets) & heads and (m := _HEAD.match(a.rhs)) and m.group(1) not in heads:
+                heads.add(m.group(1))
+                changed = True
+    cache["pointers"] = out = {p.name for p in ctx.p.params} & heads
     return out
 
 
@@ -150,24 +175,22 @@ def instances(ctx: Ctx) -> list[Hit]:
 
 # ---------------------------------------------------------------- rewrite
 
-_INT = {"int", "int32", "int64", "uint32", "uint64"}
+def _chosen_by_conditions(source: str) -> dict[str, list[str]]:
+    """Kernel name -> the parameters its conditions select (``candidates``), in signature order;
+    for kernels whose parameters are all listed already, the listed shape parameters (so the
+    rewrite can say it is applied)."""
+    from skel.miner.triton_frontend import profile_source
 
-
-def shape_params(kernel: cst.FunctionDef) -> list[str]:
-    """Runtime shape parameters, in signature order."""
-    bounds: set[str] = set()
-    for loop in F.fors(kernel):
-        if isinstance(loop.iter, cst.Call) and C.last_part(C.call_name(loop.iter)) in ("range", "static_range"):
-            for arg in loop.iter.args:
-                if arg.keyword is None:
-                    bounds |= C.names_in(arg.value)
-    out = []
-    for p in C.params(kernel):
-        name, ann = p.name.value, C.last_part(C.annotation_text(p))
-        if ann == "constexpr" or "stride" in name.lower():
-            continue
-        if name in bounds or ann in _INT:
-            out.append(name)
+    out: dict[str, list[str]] = {}
+    try:
+        profiles = profile_source(source, "<rewrite>")
+    except SyntaxError:
+        return out
+    for prof in profiles:
+        ctx = Ctx(prof, source)
+        names = {dict(h.params)["param"] for h in candidates(ctx)}
+        names |= {p.name for p in _varying(ctx) if p.name in prof.tune.do_not_specialize}
+        out[prof.name] = [p.name for p in prof.params if p.name in names]
     return out
 
 
@@ -194,9 +217,12 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
     edits: dict = {}
     changes: list[Change] = []
     done: list[str] = []
+    chosen = _chosen_by_conditions(source)
     for kernel in ks:
         dec = C.jit_decorator(kernel)
-        wanted = shape_params(kernel)
+        # the parameters the conditions chose (applicability is decided once, by the conditions),
+        # plus those already listed, so that "already applied" is recognised
+        wanted = chosen.get(kernel.name.value, [])
         if not wanted:
             continue
         listed, arg = _listed(dec)
@@ -215,7 +241,8 @@ def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:
         if done:
             return C.skip(CODE, SAFETY, source, "already applied: " + "; ".join(done))
         return C.skip(CODE, SAFETY, source, "not applicable: no @triton.jit kernel with a runtime shape argument "
-                       "(a loop bound or an integer-annotated parameter)")
+                       "that the conditions select (a plain integer named like T, N, seq_len, used as a "
+                       "number, not a stride in an address)")
     new = C.apply_edits(src.module, edits).code
     return [C.applied_result(CODE, source, new, changes, f"do_not_specialize for {len(edits)} kernel(s)", SAFETY)]
 
@@ -246,6 +273,7 @@ class DoNotSpecializeShapeArgs(Rule):
     SAFETY = SAFETY
     LANGUAGES = LANGUAGES
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

@@ -45,8 +45,34 @@ def _decomposed(ctx: Ctx, ax) -> list[str]:
     return rows
 
 
+TINY_AXIS = re.compile(r"^(?:\d+|[A-Z]*H[A-Z]*|N[VK]|num_(?:q_|kv_)?heads?|head_num|n_heads|\w*heads?\w*|\w*SPLITS?\w*|"
+                       r"\w*splits?\w*|\w*CHUNKS?\w*|\w*_tiles?|\w*TILES?|\w*groups?|\w*GROUPS?)$")
+
+
 def _high_axes(ctx: Ctx):
-    return [ax for ax in ctx.p.program_axes if ax.axis in (1, 2)]
+    """Grid axes 1 and 2 whose extent, as a launch in the file shows it, can pass 65535: not a
+    literal, a head count, a split or chunk count, or a cdiv of a head dim by its tile (``NV``)."""
+    out = []
+    for ax in ctx.p.program_axes:
+        if ax.axis not in (1, 2):
+            continue
+        dims = [s.grid_dims[ax.axis] for s in ctx.p.launches if len(s.grid_dims) > ax.axis]
+        if dims and all(_tiny(d) for d in dims):
+            continue
+        if not dims and ctx.p.launches:
+            continue  # the grid is built elsewhere (a lambda, a variable): its extent is not known here
+        if not ctx.p.launches:
+            continue  # no launch in the file: nothing says the axis is large
+        out.append(ax)
+    return out
+
+
+def _tiny(dim: str) -> bool:
+    d = dim.replace(" ", "")
+    m = re.fullmatch(r"(?:triton\.)?cdiv\(([A-Za-z_]\w*),[A-Za-z_]\w*\)", d)
+    if m and m.group(1) in ("K", "V", "D", "head_dim", "HEAD_DIM", "Lk", "Lv", "dim"):
+        return True
+    return all(TINY_AXIS.match(t) for t in re.split(r"[*+]", d) if t)
 
 
 def _pid_names(ctx: Ctx) -> set[str]:
@@ -71,18 +97,67 @@ def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
         return []
     pids = _pid_names(ctx)
     pointers = {p.name for p in ctx.p.params if not p.constexpr and not (p.annotation or "").startswith(("tl.int", "int"))}
-    out = []
+    heads = pointers | _pointer_vars(ctx)
+    in_addresses = {n for mo in ctx.p.memops for n in re.findall(r"[A-Za-z_]\w*", mo.pointer)}
+    shared = {a.name for a in ctx.p.shared}
+    exprs = []  # (line, shown text, address expression)
     for a in ctx.assigns:
         head = re.match(r"\s*\(?\s*([A-Za-z_]\w*)", a.rhs)
-        if not head or head.group(1) not in pointers | {t for t in _pointer_vars(ctx)}:
-            continue
-        for term in _terms(a.rhs, "+-"):
-            names = set(re.findall(r"[A-Za-z_]\w*", term))
-            if "*" in term and names & pids:
-                sizes = len(names - pids - {"tl", "arange", "to", "int64"})
-                out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}", sizes))
+        # a pointer built from a base (``p_q = q + ...``) or an offset later added to one (``p_h = i_nh * K * V + ...``
+        # used as ``tl.load(h0 + p_h)``); a CUDA read ``x = s_a[pos * H + h]`` is a memory op below
+        if (head and head.group(1) in heads and head.group(1) not in shared) or (
+                set(a.targets) & in_addresses and not set(a.targets) & pids):
+            exprs.append((a.line, f"{', '.join(a.targets)} = {a.rhs}", a.rhs))
+    assigned = {ln for ln, _, _ in exprs}
+    for mo in ctx.p.memops:  # an address written inside the load/store call itself
+        if mo.line not in assigned and mo.space == "global":
+            exprs.append((mo.line, f"{mo.kind} {mo.pointer}", _index_of(mo.pointer)))
+    out = []
+    for line, shown, expr in sorted(exprs):
+        for term in _terms(expr, "+-"):
+            if "*" in term and set(re.findall(r"[A-Za-z_]\w*", term)) & pids:
+                out.append((line, shown, _size_factors(term, pids, ctx)))
                 break
     return out
+
+
+_NOT_SIZES = {"tl", "arange", "to", "int64", "int32", "None", "True", "False", "threadIdx", "blockDim", "x", "y", "z",
+              "static_cast", "reinterpret_cast", "size_t", "int64_t", "uint32_t", "int", "float"}
+
+
+def _index_of(pointer: str) -> str:
+    """The index of a CUDA subscript ``base[expr]`` (the element offset); other pointers as they are."""
+    m = re.match(r"^\s*(?:reinterpret_cast<[^>]*>\([^)]*\)|[A-Za-z_][\w.]*)\s*\[(.*)\]\s*$", pointer, re.S)
+    return m.group(1) if m else pointer
+
+
+def _size_factors(term: str, pids: set[str], ctx: Ctx) -> int:
+    """How many size factors multiply the program id in ``term``: ``(bos * H + i_h) * K`` -> 2 (H, K);
+    ``pos * num_heads + head_idx`` -> 1; ``bx * seed_stride`` -> 1. Only names count (not literals,
+    ``None`` of ``[None, :]``, index vectors like ``tl.arange``, thread indices or the ids themselves)."""
+    factors = _terms(term, "*")
+    count, has_pid = 0, False
+    for f in factors:
+        f = f.strip()
+        inner = f[1:-1] if f.startswith("(") and f.endswith(")") else None
+        names = set(re.findall(r"[A-Za-z_]\w*", f))
+        if inner is not None and names & pids:
+            sub = [t for t in _terms(inner, "+-") if set(re.findall(r"[A-Za-z_]\w*", t)) & pids]
+            count += max((_size_factors(t, pids, ctx) for t in sub), default=0)
+            has_pid = True
+        elif names & pids:
+            has_pid = True
+        elif re.fullmatch(r"[A-Za-z_]\w*", f) and f not in _NOT_SIZES and not _thread_index(ctx, f):
+            count += 1
+    return count if has_pid else 0
+
+
+def _thread_index(ctx: Ctx, name: str) -> bool:
+    """A CUDA lane/thread index (``tx = threadIdx.x``): it bounds nothing beyond the block."""
+    cache = ctx.cache.setdefault(CODE, {}).setdefault("tidx", {})
+    if name not in cache:
+        cache[name] = any(name in a.targets and "threadIdx" in a.rhs for a in ctx.assigns)
+    return cache[name]
 
 
 def _pointer_vars(ctx: Ctx) -> set[str]:
@@ -119,15 +194,36 @@ def candidates(ctx: Ctx) -> list[Hit]:
     return [Hit.at(ln, ln, offset=t, sizes=n, high_axes=[ax.axis for ax in _high_axes(ctx)]) for ln, t, n in big]
 
 
+def _scaled_into_offset(ctx: Ctx, ax) -> str | None:
+    """The first statement that multiplies the (widened) axis-0 id, or a name derived from it, into
+    an address: ``X_ptr += row * stride``, ``y_base = Y_ptr + row * Y_row_stride``."""
+    names = {ax.var, *ax.derived}
+    for a in ctx.assigns:
+        if a.line <= ax.line:
+            continue
+        for term in _terms(a.rhs, "+-"):
+            if "*" in term and names & set(re.findall(r"[A-Za-z_]\w*", term)):
+                return f"line {a.line}: {', '.join(a.targets)} {a.op} {a.rhs}"
+    return None
+
+
 def instances(ctx: Ctx) -> list[Hit]:
+    """Axis 0 widened to int64 and either decomposed into several indices (a flat grid), or the
+    kernel's only program axis (the grid is already flat) multiplied into an offset: the end state
+    the method describes ("when the grid is already flat, only insert the .to(tl.int64)")."""
     out = []
+    axes = {ax.axis for ax in ctx.p.program_axes}
     for ax in ctx.p.program_axes:
         if ax.axis != 0:
             continue
         wide = _widened(ctx, ax)
+        if not wide:
+            continue
         parts = _decomposed(ctx, ax)
-        if wide and sum(len(p.split(" = ", 1)[0].split(",")) for p in parts) >= 2:
+        if sum(len(p.split(" = ", 1)[0].split(",")) for p in parts) >= 2:
             out.append(Hit.at(ax.line, ax.line, widened=wide, decomposition=parts[:4]))
+        elif axes == {0} and (use := _scaled_into_offset(ctx, ax)):
+            out.append(Hit.at(ax.line, ax.line, widened=wide, offset=use))
     return out
 
 
@@ -136,6 +232,7 @@ class FlatGridInt64Offsets(Rule):
 
     SAFETY = "safe"  # of the method docs.md describes (no automatic rewrite)
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

@@ -32,12 +32,52 @@ EXPAND_RE = re.compile(r"([A-Za-z_]\w*)\s*=\s*.*?\b([A-Za-z_]\w*)\s*\.\s*(repeat
 EXPAND_NEEDS = ("repeat", "expand")  # every EXPAND_RE match holds one of these
 
 
+RATIO_ARG = re.compile(r"//|\b(?:G|NG|n_rep|N_REP|num_kv_groups|\w*group\w*|\w*GROUP\w*|\w*ratio\w*|\w*_per_kv\w*)\b")
+
+
+def _pid_derived(ctx: Ctx) -> set[str]:
+    """Program ids and what is computed from them (forward): a head index comes from the grid."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "pid" not in cache:
+        names = set()
+        for ax in ctx.p.program_axes:
+            names |= {ax.var, *ax.derived, *(v for v, _ in ax.roles)}
+        rhs_names = [(a, set(_NAME.findall(a.rhs))) for a in ctx.assigns]  # parsed once, not once per pass
+        loops = [(lp.var, set(_NAME.findall(lp.iter_text))) for lp in ctx.p.loops if lp.var]
+        for _ in range(3):  # assignments, and loop variables of persistent loops (for task in range(pid, n, step))
+            before = len(names)
+            for a, used in rhs_names:
+                if used & names:
+                    names.update(a.targets)
+            for var, used in loops:
+                if used & names:
+                    names.add(var)
+            if len(names) == before:
+                break
+        cache["pid"] = names
+    return cache["pid"]
+
+
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
 def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
+    """``i_h = i_hv // (HV // H)``, ``cur_kv_head = cur_head // kv_group_num``: a head index from
+    the grid divided by the group size, assigned to a head index (not a loop count such as
+    ``NH = H // G``, whose numerator is a shape)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "map" in cache:
+        return cache["map"]
     out = []
+    pids = None
     for a in ctx.assigns:
         m = GROUP_RE.search(a.rhs)
-        if m and re.search(r"h|head", " ".join(a.targets), re.I):
+        if not m or not any(re.fullmatch(HEADISH, t, re.I) or re.search(r"head", t, re.I) for t in a.targets):
+            continue
+        pids = _pid_derived(ctx) if pids is None else pids  # only for kernels with a candidate division
+        if m.group("num") in pids:
             out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}"))
+    cache["map"] = out
     return out
 
 
@@ -57,7 +97,9 @@ def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:
                                              needs=EXPAND_NEEDS):
             t = ctx.text(ln)
             var = m.group(1) or m.group(4)
-            if re.search(rf"\b{re.escape(var)}\b", passed):
+            # over heads by the ratio of two head counts (repeat_interleave(HV // H), expand(..., G, K)),
+            # not a broadcast of a per-token or per-channel tensor (scale.expand(B, L, C))
+            if re.search(rf"\b{re.escape(var)}\b", passed) and RATIO_ARG.search(t[m.end() - 1:] if m.group(3) else t):
                 out.append((ln, site.line, var, t))
     cache["exp"] = out
     return out
@@ -84,7 +126,7 @@ def _written(ctx: Ctx, param: str) -> str | None:
 def host_expands_heads(ctx: Ctx) -> Check:
     rows = _expansions(ctx)
     if not rows:
-        return no("no input is expanded along the head axis before the launch")
+        return no("no input is expanded over heads by a group ratio before the launch")
     return yes("; ".join(f"line {ln}: {t} (passed to the launch at line {ll})" for ln, ll, _, t in rows[:3]))
 
 
@@ -125,6 +167,7 @@ class NativeGvaHeadMapping(Rule):
 
     SAFETY = "safe"  # of the method docs.md describes (no automatic rewrite)
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

@@ -37,7 +37,17 @@ HOST_ACT_NEEDS = ("softplus", "sigmoid", "A_log")  # every HOST_ACT match holds 
 
 
 def _gate_params(ctx: Ctx) -> set[str]:
-    return {p.name for p in ctx.p.params if GATE_PARAM.match(p.name) and not p.constexpr}
+    """Gate-named parameters the kernel reads as tensors (through a load, directly or via a pointer
+    variable built from them): a scalar such as SwiGLU's ``gate_multiplier`` only scales a value
+    and is not a gate tensor that the host could have activated."""
+    named = {p.name for p in ctx.p.params if GATE_PARAM.match(p.name) and not p.constexpr}
+    if not named:
+        return named
+    addr = {n for m in ctx.p.memops if m.kind == "load" for n in re.findall(r"[A-Za-z_]\w*", m.pointer)}
+    for a in ctx.assigns:  # p_g = g + bos * HV + i_hv; tl.load(p_g)
+        if set(a.targets) & addr:
+            addr |= set(re.findall(r"[A-Za-z_]\w*", a.rhs))
+    return named & addr
 
 
 def _kernel_sites(ctx: Ctx) -> list[tuple[int, str, str]]:
@@ -181,6 +191,7 @@ class InKernelGateFusion(Rule):
 
     SAFETY = "unsafe"  # of the method docs.md describes (no automatic rewrite)
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)

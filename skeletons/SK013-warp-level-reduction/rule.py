@@ -23,6 +23,7 @@ CODE = folder_code(__file__)
 
 HALVING = re.compile(r">>=\s*1|/=\s*2|=\s*\w+\s*/\s*2\b|=\s*\w+\s*>>\s*1\b")
 SHUFFLE = re.compile(r"__shfl_(?:xor|down|up)_sync\s*\(|__reduce_(?:add|min|max)_sync\s*\(|WarpReduce")
+WARP_OPS = ("warp-shuffle", "warp-reduce")  # Reduction.op values the CUDA frontend records for warp exchanges
 SHARED_UPDATE = re.compile(r"(\w+)\s*\[\s*(\w+)\s*\]\s*(\+=|=)\s*.*\b\1\s*\[\s*\2\s*\+\s*(\w+)\s*\]")
 
 
@@ -150,8 +151,15 @@ def instances(ctx: Ctx) -> list[Hit]:
         return out
     for lp in ctx.p.loops:
         shfl = next(((ln, t) for ln, t in _body(ctx, lp) if SHUFFLE.search(t)), None)
+        if shfl is None:  # a shuffle through a wrapper (math::shfl_xor_sync, warp::reduce_sum): the profile's reductions
+            red = next((r for r in ctx.p.reductions if r.op in WARP_OPS and lp.line <= r.line <= lp.end_line), None)
+            shfl = (red.line, red.text) if red else None
         if shfl and ctx.loop_at(shfl[0]) is lp:
             out.append(Hit.at(lp.line, lp.end_line, shuffle=shfl[1], shuffle_line=shfl[0]))
+    seen = {h.line for h in out}
+    for r in ctx.p.reductions:  # an unrolled or single-call warp reduction (no loop of its own)
+        if r.op == "warp-reduce" and r.loop_line is None and r.line not in seen:
+            out.append(Hit.at(r.line, r.line, shuffle=r.text, shuffle_line=r.line))
     return out
 
 

@@ -419,6 +419,7 @@ class EmptyOutput(Rule):
 
     SAFETY = SAFETY
     CONDITIONS = CONDITIONS
+    HELPERS = False  # needs the kernel's grid, launch or launcher
 
     def instances(self, ctx):
         return instances(ctx)
