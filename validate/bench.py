@@ -89,7 +89,7 @@ def _graph(fn: Callable, arg_sets: list[dict[str, Any]], min_calls: int = 1):
     return graph, outs, len(order)
 
 
-def _replay_time_us(graph, reps: int) -> float:
+def replay_time_us(graph, reps: int) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(reps):
@@ -206,7 +206,7 @@ class GraphTimer:
         self.graph, self.outs, self.per_graph = _graph(fn, arg_sets, min_calls)
 
     def replay(self, reps: int) -> float:
-        return _replay_time_us(self.graph, reps)
+        return replay_time_us(self.graph, reps)
 
     def results(self) -> list[tuple[str, torch.Tensor]]:
         torch.cuda.synchronize()

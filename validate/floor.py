@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from skel.validate.bench import graph_sequence, rotation_sets
+from skel.validate.bench import graph_sequence, replay_time_us, rotation_sets
 
 GRIDS = ((1024, 4), (4096, 8), (16384, 8))  # (fp32 elements per program, warps)
 REGIME = "inputs rotated past L2 (HBM-resident, CUDA graph replay)"
@@ -52,21 +52,12 @@ def copy_floor_us(nbytes: int, l2_bytes: int, max_sets: int = 64, min_calls: int
                 _touch[grid](bufs[i], n, BLOCK=block, num_warps=warps)
         graph.replay()
         torch.cuda.synchronize()
-        one = _time(graph, 1)
+        one = replay_time_us(graph, 1)
         reps = max(1, math.ceil(min_sample_us / max(one, 1e-3)))
-        per_call = min(_time(graph, reps) for _ in range(samples)) / (reps * len(order))
+        per_call = min(replay_time_us(graph, reps) for _ in range(samples)) / (reps * len(order))
         if per_call < best:
             best, where = per_call, f"{grid[0]} programs of {block} fp32, {warps} warps"
         del graph
     del bufs
     return best, where
 
-
-def _time(graph, reps: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0

@@ -88,7 +88,7 @@ def emit_json(data: Any) -> None:
     # is then millions of writes (3 s of a 7 s warm re-mine of 5,000 files); one string of it all
     # would hold the whole text, and its pieces, in memory at once.
     pieces: list[str] = []
-    for piece in json.JSONEncoder(indent=2, default=_default).iterencode(data):
+    for piece in json.JSONEncoder(indent=2, default=json_default).iterencode(data):
         pieces.append(piece)
         if len(pieces) >= 16384:
             sys.stdout.write("".join(pieces))
@@ -96,7 +96,8 @@ def emit_json(data: Any) -> None:
     sys.stdout.write("".join(pieces) + "\n")
 
 
-def _default(obj: Any):
+def json_default(obj: Any):
+    """What JSON output makes of skel's records (to_json), paths and tuples."""
     if hasattr(obj, "to_json"):
         return obj.to_json()
     if isinstance(obj, Path):

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from skel.commands.common import json_default
+
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -189,14 +191,5 @@ def _prop(text: str) -> str:
 
 
 def dumps(data) -> str:
-    return json.dumps(data, indent=2, default=_default)
+    return json.dumps(data, indent=2, default=json_default)
 
-
-def _default(obj):
-    if hasattr(obj, "to_json"):
-        return obj.to_json()
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    raise TypeError(f"cannot render {type(obj).__name__} as JSON")
