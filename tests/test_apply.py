@@ -268,7 +268,10 @@ def test_run_offs_are_recorded_as_evidence(tmp_path):
     assert len(runs) == 1
     h = runs[0]
     assert h.skeletons == ("SK002",) and h.verdict == "head-to-head within noise" and h.median == 0.998
-    assert dict(h.extra) == {"label": "SK002", "against": "SK001+SK002", "kept": "SK002"}
+    extra = dict(h.extra)
+    assert {k: extra.get(k) for k in ("label", "against", "kept")} == {"label": "SK002", "against": "SK001+SK002",
+                                                                       "kept": "SK002"}
+    assert extra["python"] and extra["skel"]  # where it ran (skel.validate.environment); the commit when in a git checkout
     assert "fewer skeletons" in h.reason and h.verdict not in WIN_VERDICTS + LOSS_VERDICTS
 
 
