@@ -142,15 +142,22 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return v.names
 
 
-def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
+def nodes_in(node: cst.CSTNode, kind: type | tuple[type, ...] = cst.CSTNode) -> list:
+    """Every node under ``node`` (itself included) of type ``kind``, in source order."""
+    found: list = []
 
     class V(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            found.append(n)
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, kind):
+                found.append(n)
+            return True
 
     node.visit(V())
     return found
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    return nodes_in(node, cst.Call)
 
 
 def is_load(node: cst.CSTNode) -> bool:

@@ -22,7 +22,6 @@ the search then neither prunes on it nor claims the original's value.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import libcst as cst
@@ -36,7 +35,8 @@ Value = int | bool | tuple | None
 
 
 def pow2(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+    """The least power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 _BINOPS = {
@@ -118,6 +118,9 @@ class Evaluator:
                 left = right
             return True
         if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            key = meta_key(node)
+            if key is not None and isinstance(env.get(node.value.value), dict):  # a grid's META["BV"]
+                return env[node.value.value].get(key)
             base, idx = ev(node.value), ev(node.slice[0].slice.value)
             if isinstance(base, tuple) and isinstance(idx, int) and -len(base) <= idx < len(base):
                 return base[idx]
@@ -288,6 +291,16 @@ def _contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
 # ------------------------------------------------------------------------------ the grid
 
 
+def meta_key(node: cst.CSTNode, meta: str | None = None) -> str | None:
+    """"BV" for ``META["BV"]`` (a name subscripted by a string literal; the name ``meta`` when given)."""
+    if not (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.SimpleString)):
+        return None
+    if meta is not None and node.value.value != meta:
+        return None
+    return node.slice[0].slice.value.evaluated_value
+
+
 @dataclass(frozen=True)
 class Grid:
     """What a launch's grid reads: host names (through assignments) and meta-parameters (``META["BV"]``)."""
@@ -317,13 +330,7 @@ def grid_of(call: cst.Call, host: cst.FunctionDef, assigns: dict[str, list[cst.B
         expr = expr.body
     if expr is None:
         return Grid(None, None, frozenset(), frozenset())
-    keys = set()
-    if meta:
-        for sub in _subscripts(expr):
-            if isinstance(sub.value, cst.Name) and sub.value.value == meta and isinstance(sub.slice[0].slice, cst.Index):
-                key = sub.slice[0].slice.value
-                if isinstance(key, cst.SimpleString):
-                    keys.add(key.evaluated_value)
+    keys = {k for sub in C.nodes_in(expr, cst.Subscript) if (k := meta_key(sub, meta)) is not None} if meta else set()
     names = closure(C.names_in(expr) - ({meta} if meta else set()), assigns)
     return Grid(expr, meta, frozenset(names), frozenset(keys))
 
@@ -384,17 +391,6 @@ def _returned(fn: cst.FunctionDef) -> cst.BaseExpression | None:
     return None
 
 
-def _subscripts(node: cst.CSTNode) -> list[cst.Subscript]:
-    found: list[cst.Subscript] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Subscript(self, n: cst.Subscript) -> None:
-            found.append(n)
-
-    node.visit(V())
-    return found
-
-
 # ------------------------------------------------------------------------------ decisions
 
 
@@ -406,8 +402,8 @@ class Decision:
     line: int  # where the code decides it
     decided_by: str  # that code, for the report
     node: cst.CSTNode  # the Integer to replace / the statement to override after / the Arg / the lambda
-    var: str = ""  # the host variable an override sets
-    top: bool = False  # override at the top of the function (a module constant read by the launcher)
+    var: str = ""  # the host variable an override sets (after ``node``; at the top of ``node`` when it is the
+    # launching function itself: a module-level name it reads)
 
 
 def launch_statement_path(host: cst.FunctionDef, call: cst.Call) -> list[tuple[list, int]]:
@@ -458,26 +454,11 @@ def literal_site(value: cst.BaseExpression):
     """The one power-of-two literal ``value`` holds (an Integer), "whole" (no literal), or "ambiguous"."""
     if isinstance(value, cst.Integer):
         return value
-    lits = [n for n in _ints(value) if n.value.isdigit() and int(n.value) >= 2 and pow2(int(n.value)) == int(n.value)]
-    if len(lits) == 1 and not isinstance(value, (cst.IfExp, cst.Tuple)) and not any(isinstance(n, cst.IfExp) for n in _nodes(value)):
+    lits = [n for n in C.nodes_in(value, cst.Integer)
+            if n.value.isdigit() and int(n.value) >= 2 and pow2(int(n.value)) == int(n.value)]
+    if len(lits) == 1 and not isinstance(value, cst.Tuple) and not C.nodes_in(value, cst.IfExp):
         return lits[0]
     return "whole" if not lits else "ambiguous"
-
-
-def _ints(node: cst.CSTNode) -> list[cst.Integer]:
-    return [n for n in _nodes(node) if isinstance(n, cst.Integer)]
-
-
-def _nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-
-    class V(cst.CSTVisitor):
-        def on_visit(self, n) -> bool:
-            found.append(n)
-            return True
-
-    node.visit(V())
-    return found
 
 
 def heuristics(kernel: cst.FunctionDef) -> dict[str, cst.Lambda]:
@@ -520,7 +501,7 @@ def decide(name: str, arg: cst.Arg | None, kernel: cst.FunctionDef, host: cst.Fu
     if stmt is None:
         if var in assigns:  # bound only after the launch or in a nested scope
             return f"{name} kept: no assignment of {var} before the launch"
-        return Decision(name, "override", line(host), f"{var} (a module-level name)", host, var=var, top=True)
+        return Decision(name, "override", line(host), f"{var} (a module-level name)", host, var=var)
     values = assigns.get(var, [])
     value = _own_value(stmt, var) if len(values) == 1 else None
     if value is not None:

@@ -41,7 +41,6 @@ from skel.rewriter.base import Change, Rewrite, RewriteOptions
 CODE = "SK005"
 SAFETY = "unsafe"
 MARKER = "skel SK005"
-TILE_NAME = D.TILE_NAME
 TILES = (8, 16, 32, 64, 128)
 WARPS = (1, 2, 4, 8)
 STAGES = (1, 2, 3)
@@ -63,11 +62,9 @@ class Launch:
             for c in C.calls_in(node) if node is not None else ():
                 if C.last_part(C.call_name(c)) == "cdiv" and len(c.args) == 2:
                     d, t = c.args[0].value, c.args[1].value
-                    if isinstance(d, cst.Name) and isinstance(t, cst.Name):
-                        self.dims[t.value] = d.value
-                    elif isinstance(d, cst.Name) and isinstance(t, cst.Subscript) and isinstance(t.slice[0].slice, cst.Index) \
-                            and isinstance(t.slice[0].slice.value, cst.SimpleString):
-                        self.dims[t.slice[0].slice.value.evaluated_value] = d.value
+                    tile = t.value if isinstance(t, cst.Name) else D.meta_key(t)  # BV, or META["BV"]
+                    if isinstance(d, cst.Name) and tile is not None:
+                        self.dims[tile] = d.value
 
     def tiles(self) -> tuple[dict[str, int | None], dict[str, D.Decision], list[str]]:
         """(every tile constexpr at the launch -> value, varied tiles -> where they are decided, notes)."""
@@ -75,7 +72,7 @@ class Launch:
         passed = {a.keyword.value: a for a in self.call.args if a.keyword}
         tuned = D.heuristics(self.kernel)
         order = [*passed, *(n for n in tuned if n not in passed)]  # the launch's order, then the heuristics'
-        names = [n for n in order if n in constexprs and TILE_NAME.match(n)]
+        names = [n for n in order if n in constexprs and D.TILE_NAME.match(n)]
         values: dict[str, int | None] = {}
         varied: dict[str, D.Decision] = {}
         notes: list[str] = []
@@ -89,14 +86,13 @@ class Launch:
                 varied[name] = decision
         return values, varied, notes
 
-    def value_of(self, name: str, env: dict | None = None) -> int | None:
-        env = self.env if env is None else env
+    def value_of(self, name: str) -> int | None:
         arg = C.kwarg(self.call, name)
         if arg is not None:
-            v = self.evaluator.value(arg.value, env)
+            v = self.evaluator.value(arg.value, self.env)
         else:
             lam = D.heuristics(self.kernel).get(name)
-            v = None if lam is None else self.evaluator.value(lam.body, env)  # args["K"] style lambdas stay unknown
+            v = None if lam is None else self.evaluator.value(lam.body, self.env)  # args["K"] lambdas stay unknown
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     def programs(self, shape: dict[str, int], cfg: dict[str, int], varied: dict[str, D.Decision]) -> int | None:
@@ -105,32 +101,15 @@ class Launch:
             return None
         overrides = {d.var: cfg[name] for name, d in varied.items() if name in cfg and d.var and cfg[name] is not None}
         env = self.evaluator.host_env(self.host, shape, until=self.call, overrides=overrides)
-        if self.grid.meta:
+        if self.grid.meta:  # the grid reads META["BV"]: the launch's keyword values, the searched tiles over them
             meta = {a.keyword.value: self.evaluator.value(a.value, env) for a in self.call.args if a.keyword}
             meta.update({k: v for k, v in cfg.items() if k in varied})
-            env = {**env, self.grid.meta: None}
-            value = _meta_eval(self.evaluator, self.grid.expr, env, self.grid.meta, meta)
-        else:
-            value = self.evaluator.value(self.grid.expr, env)
+            env = {**env, self.grid.meta: meta}
+        value = self.evaluator.value(self.grid.expr, env)
         items = value if isinstance(value, tuple) else (value,)
         if not items or any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in items):
             return None
         return math.prod(items)
-
-
-def _meta_eval(evaluator: D.Evaluator, expr: cst.BaseExpression, env: dict, meta_name: str, meta: dict):
-    """A grid lambda's value with ``META["X"]`` read from ``meta``."""
-    edits = {}
-    for sub in D._subscripts(expr):
-        if isinstance(sub.value, cst.Name) and sub.value.value == meta_name and isinstance(sub.slice[0].slice, cst.Index):
-            key = sub.slice[0].slice.value
-            if isinstance(key, cst.SimpleString) and isinstance(meta.get(key.evaluated_value), int):
-                edits[sub] = (lambda v: lambda upd: cst.Integer(str(v)))(meta[key.evaluated_value])
-    if not edits:
-        return evaluator.value(expr, env)
-    wrapped = cst.Module(body=[cst.SimpleStatementLine([cst.Expr(expr)])])
-    new = C.apply_edits(wrapped, edits)
-    return evaluator.value(new.body[0].body[0].value, env)
 
 
 def rewrite(source: str, options: RewriteOptions) -> list[Rewrite]:

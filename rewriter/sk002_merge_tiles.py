@@ -39,6 +39,7 @@ from skel.rewriter import cst as C
 from skel.rewriter import tilemerge_axis as A
 from skel.rewriter import tilemerge_launch as L
 from skel.rewriter.base import Change, Rewrite, RewriteOptions
+from skel.rewriter.launch_decisions import pow2
 from skel.rewriter.tilemerge_names import NameAllocator
 from skel.rewriter.tilemerge_prefetch import prefetch
 from skel.rewriter.tilemerge_replicate import Replicator, remove_tile_axis, widen_tile_count
@@ -108,13 +109,9 @@ def _plans(options: RewriteOptions, autotuned: bool = False) -> list[Plan]:
     if autotuned:
         plans = list(dict.fromkeys(dataclasses.replace(p, warps=None, stages=None) for p in plans))
     elif k and v:  # prune by the register budget when the target shape is known
-        plans = [p for p in plans if _pow2(k) * _pow2(-(-v // (p.programs * p.subtiles))) * p.subtiles
+        plans = [p for p in plans if pow2(k) * pow2(-(-v // (p.programs * p.subtiles))) * p.subtiles
                  <= MAX_STATE_PER_THREAD * 32 * p.warps]
     return plans[: max(1, options.max_variants)]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def merge_tiles(source: str, options: RewriteOptions) -> list[Rewrite]:
