@@ -66,12 +66,19 @@ def device_profile(probe: bool = False) -> DeviceProfile:
             import torch
 
             if torch.cuda.is_available():
-                props = torch.cuda.get_device_properties(torch.cuda.current_device())
-                return DeviceProfile(props.name, int(props.multi_processor_count),
-                                     int(getattr(props, "L2_cache_size", 0)) or ASSUMED.l2_bytes, "cuda")
+                read = read_device()
+                return DeviceProfile(read.name, read.sm_count, read.l2_bytes or ASSUMED.l2_bytes, "cuda")
         except Exception:  # noqa: BLE001 - a broken CUDA install plans for the assumed device
             pass
     return ASSUMED
+
+
+def read_device() -> DeviceProfile:
+    """The CUDA device in use, as its driver reports it (an L2 size it does not report is 0). Needs CUDA."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return DeviceProfile(props.name, int(props.multi_processor_count), int(getattr(props, "L2_cache_size", 0)), "cuda")
 
 
 def select_device(arg: str | None) -> str | None:

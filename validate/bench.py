@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import torch
 
+from skel.device import read_device
+from skel.validate.environment import nvidia_driver
 from skel.validate.numerics import clone_inputs
 from skel.validate.result import PerfResult, Timing
 from skel.validate.spec import Shape, TargetSpec
@@ -167,18 +169,9 @@ def device_facts() -> dict:
     """Name, L2 size, SM count, driver and versions of the current CUDA device (nothing measured)."""
     import triton
 
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    driver = ""
-    try:
-        import subprocess
-
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=10).stdout.split("\n")[0].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
+    device = read_device()
     return {
-        "name": props.name, "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
-        "sm_count": int(props.multi_processor_count), "driver": driver,
+        "name": device.name, "l2_bytes": device.l2_bytes, "sm_count": device.sm_count, "driver": nvidia_driver(),
         "versions": f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}",
     }
 
