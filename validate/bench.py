@@ -69,7 +69,7 @@ def graph_sequence(n_sets: int, min_calls: int) -> list[int]:
     return [i % n_sets for i in range(rounds * n_sets)]
 
 
-def _graph(fn: Callable, arg_sets: list[dict[str, Any]], min_calls: int = 1):
+def capture_graph(fn: Callable, arg_sets: list[dict[str, Any]], min_calls: int = 1):
     """Capture one CUDA graph calling ``fn`` once per input set, the sets cycled until it makes
     at least ``min_calls`` calls; returns (graph, outputs of the first round)."""
     side = torch.cuda.Stream()
@@ -196,7 +196,7 @@ class GraphTimer:
 
     def __init__(self, fn: Callable, arg_sets: list[dict[str, Any]], inplace: tuple[str, ...], min_calls: int):
         self.arg_sets, self.inplace = arg_sets, inplace
-        self.graph, self.outs, self.per_graph = _graph(fn, arg_sets, min_calls)
+        self.graph, self.outs, self.per_graph = capture_graph(fn, arg_sets, min_calls)
 
     def replay(self, reps: int) -> float:
         return replay_time_us(self.graph, reps)

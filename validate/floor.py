@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from skel.validate.bench import graph_sequence, replay_time_us, rotation_sets
+from skel.validate.bench import capture_graph, replay_time_us, rotation_sets
 
 GRIDS = ((1024, 4), (4096, 8), (16384, 8))  # (fp32 elements per program, warps)
 REGIME = "inputs rotated past L2 (HBM-resident, CUDA graph replay)"
@@ -38,26 +38,23 @@ def copy_floor_us(nbytes: int, l2_bytes: int, max_sets: int = 64, min_calls: int
     """(floor in us per call, the grid that set it) for a kernel moving ``nbytes`` (reads + writes)."""
     n = max(1, nbytes // 8)  # fp32 elements: half the bytes, read and written in place
     sets = rotation_sets(4 * n, l2_bytes, max_sets)
-    bufs = [torch.zeros(n, dtype=torch.float32, device="cuda") for _ in range(sets)]
-    order = graph_sequence(sets, min_calls)
+    arg_sets = [{"x": torch.zeros(n, dtype=torch.float32, device="cuda")} for _ in range(sets)]
     best, where = math.inf, ""
     for block, warps in GRIDS:
         grid = (triton.cdiv(n, block),)
-        for b in bufs:  # compile outside the capture
-            _touch[grid](b, n, BLOCK=block, num_warps=warps)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in order:
-                _touch[grid](bufs[i], n, BLOCK=block, num_warps=warps)
+
+        def copy(x, grid=grid, block=block, warps=warps):
+            _touch[grid](x, n, BLOCK=block, num_warps=warps)
+
+        graph, _, calls = capture_graph(copy, arg_sets, min_calls)
         graph.replay()
         torch.cuda.synchronize()
         one = replay_time_us(graph, 1)
         reps = max(1, math.ceil(min_sample_us / max(one, 1e-3)))
-        per_call = min(replay_time_us(graph, reps) for _ in range(samples)) / (reps * len(order))
+        per_call = min(replay_time_us(graph, reps) for _ in range(samples)) / (reps * calls)
         if per_call < best:
             best, where = per_call, f"{grid[0]} programs of {block} fp32, {warps} warps"
         del graph
-    del bufs
+    del arg_sets
     return best, where
 
