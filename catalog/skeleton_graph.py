@@ -9,27 +9,25 @@ import itertools
 import networkx as nx
 
 
-def enables_graph(codes, library) -> nx.DiGraph:
-    """``codes`` as nodes, an edge A -> B wherever A enables B (both among ``codes``)."""
-    g = nx.DiGraph()
+def _graph(g: nx.Graph, codes, library, field: str):
+    """``codes`` as nodes of ``g``, an edge wherever a skeleton's ``field`` names another of them."""
     g.add_nodes_from(codes)
     for a in codes:
         sk = library.get(a)
-        for b in (sk.enables if sk else ()):
+        for b in (getattr(sk, field) if sk else ()):
             if b in g and b != a:
                 g.add_edge(a, b)
     return g
+
+
+def enables_graph(codes, library) -> nx.DiGraph:
+    """``codes`` as nodes, an edge A -> B wherever A enables B (both among ``codes``)."""
+    return _graph(nx.DiGraph(), codes, library, "enables")
 
 
 def conflicts_graph(codes, library) -> nx.Graph:
-    g = nx.Graph()
-    g.add_nodes_from(codes)
-    for a in codes:
-        sk = library.get(a)
-        for b in (sk.conflicts if sk else ()):
-            if b in g and b != a:
-                g.add_edge(a, b)
-    return g
+    """``codes`` as nodes, an undirected edge wherever one conflicts with the other."""
+    return _graph(nx.Graph(), codes, library, "conflicts")
 
 
 def topological(codes, library) -> list[str]:
