@@ -189,3 +189,39 @@ def test_a_bit_exact_contract_puts_a_caveat_on_rounding_rewrites():
     assert all("caveat" not in dict(f.params) for f in plain)
     caveats = [dict(f.params).get("caveat", "") for f in of(fs, "norm_kernel", "SK001")]
     assert caveats and all("bit-exact contract (line 2" in c for c in caveats)
+
+
+WIDENED_FACTOR = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dequant(x_ptr, s_ptr, y_ptr, M, N, BLOCK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n = tl.cdiv(N, BLOCK)
+    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+    offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+    offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :].to(tl.int64)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    x = tl.load(x_ptr + offs, mask=mask)
+    s = tl.load(s_ptr + pid_m * n + pid_n)
+    tl.store(y_ptr + offs, x * s, mask=mask)
+
+
+def run(x, s, block=128):
+    M, N = x.shape
+    y = torch.empty_like(x)
+    dequant[(triton.cdiv(M, block), triton.cdiv(N, block))](x, s, y, M, N, BLOCK=block)
+    return y
+'''
+
+
+def test_a_product_with_a_factor_cast_to_int64_is_not_an_int32_offset():
+    """``offs_m[:, None].to(tl.int64) * N`` multiplies in int64 (the other operand is promoted); the
+    ``pid_m * n`` scale index two lines later is still int32 and stays the opportunity's evidence."""
+    _, fs = mine(WIDENED_FACTOR)
+    [f] = [f for f in of(fs, "dequant", "SK009") if f.kind == "opportunity"]
+    assert f.line == 17  # s_ptr + pid_m * n; not line 14, the int64 product

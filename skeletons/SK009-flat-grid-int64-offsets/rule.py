@@ -115,10 +115,23 @@ def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
     out = []
     for line, shown, expr in sorted(exprs):
         for term in _terms(expr, "+-"):
-            if "*" in term and set(re.findall(r"[A-Za-z_]\w*", term)) & pids:
+            if "*" in term and set(re.findall(r"[A-Za-z_]\w*", term)) & pids and not _wide_product(term):
                 out.append((line, shown, _size_factors(term, pids, ctx)))
                 break
     return out
+
+
+# one factor of a product already int64: ``offs_m[:, None].to(tl.int64) * N``, ``(int64_t)bx * stride``
+WIDE_FACTOR = re.compile(r"^\(?\s*(?:[A-Za-z_]\w*(?:\[[^\]*]*\])?\.to\(\s*tl\.int64\s*\)"
+                         r"|\((?:int64_t|long long|size_t)\)\s*[A-Za-z_]\w*"
+                         r"|static_cast<\s*(?:int64_t|long long|size_t)\s*>\(\s*[A-Za-z_]\w*\s*\))\s*\)?$")
+
+
+def _wide_product(term: str) -> bool:
+    """A product one of whose factors is a name cast to int64 is computed in int64 (the other operand is
+    promoted): its program-id offset cannot overflow. A cast of a product (``(pid * K).to(tl.int64)``) is not:
+    the product inside it was int32."""
+    return any(WIDE_FACTOR.match(f.strip()) for f in _terms(term, "*"))
 
 
 _NOT_SIZES = {"tl", "arange", "to", "int64", "int32", "None", "True", "False", "threadIdx", "blockDim", "x", "y", "z",
