@@ -110,6 +110,8 @@ def _scalar_reduction(ctx: Ctx, expr: str, line: int, depth: int) -> str | None:
                 return True
             if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cast"):
                 return scalar(node.func.value, depth, at)  # a cast keeps one value per row (eps.to(tl.float32))
+            if _scalar_full(node):  # tl.full((), eps, tl.float32): a typed scalar, one value per row
+                return scalar(node.args[1], depth, at)
             return False
         if isinstance(node, ast.BinOp):
             return scalar(node.left, depth, at) and scalar(node.right, depth, at)
@@ -131,6 +133,14 @@ def _scalar_reduction(ctx: Ctx, expr: str, line: int, depth: int) -> str | None:
         return False
 
     return "; ".join(found[::-1]) if scalar(tree, depth) and found else None
+
+
+def _scalar_full(node: ast.Call) -> bool:
+    """``tl.full((), value, dtype)`` (or ``[]``): a 0-d tensor, i.e. one scalar built from ``value``."""
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    shape = node.args[0] if node.args else None
+    return (name == "full" and len(node.args) >= 2 and isinstance(shape, (ast.Tuple, ast.List))
+            and not shape.elts)
 
 
 def _sites(ctx: Ctx):
