@@ -53,3 +53,55 @@ def test_an_eps_made_by_tl_full_of_an_empty_shape_is_a_scalar():
     assert kinds(fs, "rms_kernel", "SK001") == {"instance"}
     assert kinds(fs, "div_kernel", "SK001") == {"opportunity"}
     assert not kinds(fs, "vec_kernel", "SK001"), "tl.full of a block shape is a vector: no norm"
+
+
+RNG_AND_ELEMENTWISE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["seed", "offset"])
+def rand_kernel(out_ptr, N, seed, offset, BLOCK: tl.constexpr):
+    c0 = (offset & 0xFFFFFFFF).to(tl.uint32) + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    r0, _, _, _ = tl.philox(seed, c0, c0 * 0, c0 * 0, c0 * 0)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, r0, mask=offs < N)
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, n_elements, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n_elements) + 1, mask=offs < n_elements)
+
+
+@triton.jit(do_not_specialize=["out_w"])
+def frame_kernel(x_ptr, y_ptr, total, out_w, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col = offs % out_w
+    tl.store(y_ptr + offs, tl.load(x_ptr + col, mask=offs < total), mask=offs < total)
+
+
+def run(x, seed, offset):
+    out = torch.empty_like(x)
+    n = x.numel()
+    rand_kernel[(triton.cdiv(n, 1024),)](out, n, seed, offset, BLOCK=1024)
+    add_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+    frame_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-1], BLOCK=1024)
+    return out
+'''
+
+
+def test_do_not_specialize_of_a_seed_is_no_instance_and_leaves_the_size_an_opportunity():
+    _, fs = mine(RNG_AND_ELEMENTWISE)
+    assert kinds(fs, "rand_kernel", "SK008") == {"opportunity"}
+
+
+def test_an_element_count_is_a_per_call_size():
+    _, fs = mine(RNG_AND_ELEMENTWISE)
+    assert kinds(fs, "add_kernel", "SK008") == {"opportunity"}
+
+
+def test_do_not_specialize_of_an_index_divisor_is_an_instance():
+    _, fs = mine(RNG_AND_ELEMENTWISE)
+    assert "instance" in kinds(fs, "frame_kernel", "SK008")

@@ -43,7 +43,8 @@ SAFETY = "safe"
 LANGUAGES = ("triton",)
 VARYING = re.compile(
     r"^(T|N|B|L|NT|S|seq_?len\w*|seqlen\w*|max_seq\w*|num_tokens|n_tokens|total_tokens|num_seqs|n_seqs|batch\w*|"
-    r"n_rows|num_rows|M|n_ctx|N_CTX|ctx_len|kv_len|q_len|token_num|num_reqs)$"
+    r"n_rows|num_rows|M|n_ctx|N_CTX|ctx_len|kv_len|q_len|token_num|num_reqs|"
+    r"n_elements|num_elements|numel|n_elem|NUM_TOKENS|N_TOKENS|TOTAL_TOKENS)$"
 )
 SCALAR_ANN = re.compile(r"^(tl\.)?(int32|int64|uint32|uint64|int)$")
 
@@ -165,9 +166,26 @@ def _param_line(ctx: Ctx, name: str) -> int:
     return ctx.p.line
 
 
+def _used_as_size(ctx: Ctx, name: str) -> bool:
+    """``name`` bounds something (``offs < name``, ``range(0, name)``), divides an index (``i // name``,
+    ``i % name``) or multiplies one (a stride or a row length) somewhere in the kernel's body: the
+    roles of a size. Bit operations and calls (``seed & 0xFFFFFFFF``, ``tl.philox(seed, ...)``) are not."""
+    n = re.escape(name)
+    role = re.compile(rf"(?<![<>])[<>]=?\s*\(?\s*\b{n}\b|\b{n}\b\s*[<>]=?(?![<>])|(?://|%|\*)\s*\(?\s*\b{n}\b|"
+                      rf"\b{n}\b\s*[*/%]|range\([^)]*\b{n}\b")
+    body = (ctx.text(ln) for ln in range(ctx.p.line + 1, ctx.p.end_line + 1))
+    return any(role.search(t) for t in body if not t.lstrip().startswith("#"))
+
+
 def instances(ctx: Ctx) -> list[Hit]:
+    """``do_not_specialize`` naming an argument the kernel uses as a size (a bound, an index divisor, a
+    stride). A list of other arguments only (a random seed and offset fed to ``tl.philox``) leaves every
+    size specialised: that is no instance of this skeleton."""
     names = list(ctx.p.tune.do_not_specialize)
-    if not names:
+    positions = [p.name for p in ctx.p.params]
+    listed = {positions[n] if isinstance(n, int) and 0 <= n < len(positions) else n for n in names}
+    sizes = {p.name for p in _varying(ctx)}  # named as a per-call size (T in a block pointer's shape)
+    if not listed & sizes and not any(_used_as_size(ctx, n) for n in listed if isinstance(n, str)):
         return []
     line = _jit_line(ctx)
     return [Hit.at(line, line, do_not_specialize=names)]
