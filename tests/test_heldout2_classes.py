@@ -105,3 +105,36 @@ def test_an_element_count_is_a_per_call_size():
 def test_do_not_specialize_of_an_index_divisor_is_an_instance():
     _, fs = mine(RNG_AND_ELEMENTWISE)
     assert "instance" in kinds(fs, "frame_kernel", "SK008")
+
+
+GQA_OFFSET_NAMES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attn_kernel(Q, K, O, H, G, S, D: tl.constexpr, BLOCK: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // H).to(tl.int64)
+    off_h = (off_bh % H).to(tl.int64)
+    off_hk = off_h // G
+    offs_m = start_m * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + ((off_b * H + off_h) * S + offs_m[:, None]) * D + offs_d[None, :], mask=offs_m[:, None] < S)
+    k = tl.load(K + ((off_b * (H // G) + off_hk) * S + offs_m[:, None]) * D + offs_d[None, :], mask=offs_m[:, None] < S)
+    tl.store(O + ((off_b * H + off_h) * S + offs_m[:, None]) * D + offs_d[None, :], q * k, mask=offs_m[:, None] < S)
+
+
+def attn(q, k):
+    B, H, S, D = q.shape
+    o = torch.empty_like(q)
+    attn_kernel[(triton.cdiv(S, 64), B * H)](q, k, o, H, H // k.shape[1], S, D=D, BLOCK=64)
+    return o
+'''
+
+
+def test_a_head_index_named_off_h_divided_by_the_group_is_the_gqa_mapping():
+    _, fs = mine(GQA_OFFSET_NAMES)
+    assert kinds(fs, "attn_kernel", "SK010") == {"instance"}

@@ -22,7 +22,7 @@ CODE = folder_code(__file__)
 
 # ---------------------------------------------------------------- conditions
 
-HEADISH = r"(?:i_h\w*|\w*head\w*|h_?idx|hq|hv|i_hq|i_hv|h)"
+HEADISH = r"(?:i_h\w*|\w*head\w*|h_?idx|hq|hv|i_hq|i_hv|h|\w+_h(?:q|k|v|kv)?)"  # off_h, off_hk, pid_hq
 GROUP = (
     rf"\b(?P<num>{HEADISH})\s*(?://|/)\s*(?:\(\s*\w+\s*(?://|/)\s*\w+\s*\)"
     r"|(?:G|NG|GS|n_rep|N_REP|group_size|num_groups|kv_group_num|gqa_group_size|\w*GROUP\w*|\w*group\w*|\w*_per_kv\w*|\w*ratio\w*)\b)"
