@@ -138,3 +138,51 @@ def attn(q, k):
 def test_a_head_index_named_off_h_divided_by_the_group_is_the_gqa_mapping():
     _, fs = mine(GQA_OFFSET_NAMES)
     assert kinds(fs, "attn_kernel", "SK010") == {"instance"}
+
+
+HOST_FOLDED_ALIAS = '''
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+_HALF = 0.5
+
+
+@triton.jit
+def softmax_kernel(X, Y, qk_scale, N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, N)
+    s = tl.load(X + row * N + cols).to(tl.float32) * qk_scale
+    p = tl.exp2(s - tl.max(s, 0))
+    tl.store(Y + row * N + cols, p / tl.sum(p, 0))
+
+
+@triton.jit
+def base2_kernel(X, Y, scale, N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, N)
+    tl.store(Y + row * N + cols, tl.exp2(tl.load(X + row * N + cols).to(tl.float32) * scale))
+
+
+def softmax(x, scale):
+    y = torch.empty_like(x)
+    softmax_kernel[(x.shape[0],)](x, y, scale * _LOG2E, N=x.shape[1])
+    return y
+
+
+def base2(x):
+    y = torch.empty_like(x)
+    base2_kernel[(x.shape[0],)](x, y, _HALF, N=x.shape[1])
+    return y
+'''
+
+
+def test_a_module_constant_holding_log2e_is_a_log2e_factor_whatever_its_name():
+    _, fs = mine(HOST_FOLDED_ALIAS)
+    assert kinds(fs, "softmax_kernel", "SK004") == {"instance"}
+
+
+def test_another_kernels_host_prescale_does_not_make_an_exp2_folded():
+    _, fs = mine(HOST_FOLDED_ALIAS)
+    assert not kinds(fs, "base2_kernel", "SK004"), "base2_kernel is launched with _HALF, not a log2(e) scale"

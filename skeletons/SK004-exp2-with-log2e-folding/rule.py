@@ -51,6 +51,20 @@ LOG2E = re.compile(
     r"\b(?:RCP_LN2|LOG2_?E|INV_LN2|LN2_INV|RLN2|M_LOG2E\w*|log2e|log2_e|LOG2E_F|kLog2e)\b"
     r"|1\.44269\d*|log2\(\s*(?:math\.)?e\s*\)|1(?:\.0*)?\s*/\s*(?:math\.)?log\(\s*2(?:\.0*)?\s*\)"
 )
+_DEFINITION = re.compile(r"^([A-Za-z_]\w*)\s*(?::\s*[\w\.\[\]]+)?\s*=\s*(.+?)\s*(?:#.*)?$", re.M)
+
+
+@lru_cache(maxsize=16)
+def log2e_pattern(source: str) -> re.Pattern:
+    """``LOG2E`` plus the names the file defines at module level as log2(e) (``_LOG2E = 1.4426950408889634``,
+    ``_RCP = 1 / math.log(2)``): a use of such a name is a log2(e) factor whatever it is called."""
+    aliases = sorted({m.group(1) for m in _DEFINITION.finditer(source)
+                      if LOG2E.fullmatch(m.group(2)) and not LOG2E.fullmatch(m.group(1))})
+    if not aliases:
+        return LOG2E
+    return re.compile(LOG2E.pattern + r"|\b(?:" + "|".join(map(re.escape, aliases)) + r")\b")
+
+
 EXP2 = ("tl.exp2", "tl.math.exp2", "libdevice.exp2", "tldevice.exp2", "exp2", "exp2f", "__exp2f", "ptx_exp2", "math::ptx_exp2")
 EXP = ("tl.exp", "tl.math.exp", "libdevice.exp", "tldevice.exp", "tldevice.fast_expf", "exp", "expf", "__expf", "safe_exp")
 
@@ -65,13 +79,18 @@ def _calls(ctx: Ctx, op: str, names) -> list[tuple[int, str, str]]:
 
 
 def _host_prescale(ctx: Ctx) -> str | None:
-    """A line outside every kernel body that scales by log2(e) (a host-side pre-scale)."""
+    """A line outside every kernel body that scales by log2(e) (a host-side pre-scale): in a function that
+    launches this kernel when the file shows its launches, else anywhere outside the kernels."""
     cache = ctx.cache.setdefault(CODE, {})
     if "host" not in cache:
         key = f"{CODE}:host:{ctx.p.language}"  # the lines outside every jit function: once per file
         if key not in ctx.file.cache:
             ctx.file.cache[key] = [(i, t) for i, t in _log2e_lines(ctx.source) if not _in_kernel(ctx, i)]
-        row = next(((i, t) for i, t in ctx.file.cache[key] if not (ctx.p.line <= i <= ctx.p.end_line)), None)
+        rows = [(i, t) for i, t in ctx.file.cache[key] if not (ctx.p.line <= i <= ctx.p.end_line)]
+        launchers = {_enclosing_function(ctx, s.line) for s in ctx.p.launches} - {None}
+        if launchers:  # the kernel's own launchers decide; another kernel's pre-scale is not this one's
+            rows = [(i, t) for i, t in rows if _enclosing_function(ctx, i) in launchers]
+        row = rows[0] if rows else None
         cache["host"] = f"line {row[0]}: {row[1]}" if row else None
     return cache["host"]
 
@@ -80,13 +99,14 @@ def _host_prescale(ctx: Ctx) -> str | None:
 def _log2e_lines(source: str) -> tuple[tuple[int, str], ...]:
     """Code lines of a file that use a log2(e) constant outside strings and comments (not the
     import or the definition of the constant)."""
-    if not LOG2E.search(source):
+    log2e = log2e_pattern(source)
+    if not log2e.search(source):
         return ()
     lines = source.splitlines()
     code = _code_only(source)
     out = []
     for i, text in code.items():
-        if not LOG2E.search(text):
+        if not log2e.search(text):
             continue
         t = lines[i - 1].strip()
         # a module-level ``RCP_LN2 = 1.44...`` defines the constant; an indented ``scale=RCP_LN2,``
@@ -129,11 +149,12 @@ def _in_kernel(ctx: Ctx, line: int) -> bool:
 
 
 def _folding(ctx: Ctx, line: int, arg: str) -> str | None:
-    if LOG2E.search(arg):
+    log2e = log2e_pattern(ctx.source)
+    if log2e.search(arg):
         return f"line {line}: {arg}"
     chain = ctx.closure(arg, line, depth=5, through_loads=False)
     for a in chain:
-        if LOG2E.search(a.rhs):
+        if log2e.search(a.rhs):
             return f"line {a.line}: {' '.join(a.targets)} = {a.rhs}"
     if any(LOAD_CALL.search(a.rhs) for a in chain) or _param_in(ctx, arg, chain):
         host = _host_prescale(ctx)
@@ -153,7 +174,7 @@ NEUTRAL = re.compile(r"^-?\s*(\d[\d\.e\-]*|float\(\s*['\"]-?inf['\"]\s*\)|-?\s*f
 def _is_scale(ctx: Ctx, factor: str, line: int) -> bool:
     """A loop-invariant scalar: a literal, a parameter, a constexpr, or a name computed only from those."""
     f = factor.strip().lstrip("-").strip("() ")
-    if re.fullmatch(r"\d[\d\.e\-]*", f) or LOG2E.search(f):
+    if re.fullmatch(r"\d[\d\.e\-]*", f) or log2e_pattern(ctx.source).search(f):
         return True
     params = {p.name for p in ctx.p.params}
     if re.fullmatch(r"[A-Za-z_]\w*", f):
