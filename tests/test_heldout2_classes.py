@@ -186,3 +186,72 @@ def test_a_module_constant_holding_log2e_is_a_log2e_factor_whatever_its_name():
 def test_another_kernels_host_prescale_does_not_make_an_exp2_folded():
     _, fs = mine(HOST_FOLDED_ALIAS)
     assert not kinds(fs, "base2_kernel", "SK004"), "base2_kernel is launched with _HALF, not a log2(e) scale"
+
+
+DEAD_WIDENING = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def up_kernel(ptr_o, ptr_i, N, C, OL, BLOCK: tl.constexpr, SMALL: tl.constexpr):
+    if SMALL:
+        pid = tl.program_id(axis=0)
+    else:
+        pid = tl.program_id(axis=0).to(tl.int64)
+    nc = tl.program_id(axis=1)
+    pid = tl.program_id(axis=0)
+    ol = (pid * BLOCK + tl.arange(0, BLOCK)) % OL
+    off = nc * OL + ol
+    tl.store(ptr_o + off, tl.load(ptr_i + off))
+
+
+def up(x, OL):
+    N, C, _ = x.shape
+    y = torch.empty((N, C, OL), device=x.device, dtype=x.dtype)
+    up_kernel[(triton.cdiv(OL, 256), N * C)](y, x, N, C, OL, BLOCK=256, SMALL=False)
+    return y
+'''
+
+
+def test_a_widening_overwritten_by_a_plain_program_id_is_no_widening():
+    _, fs = mine(DEAD_WIDENING)
+    assert kinds(fs, "up_kernel", "SK009") == {"opportunity"}
+
+
+CUDA_POINTER_ADVANCE = '''
+__global__ void pool_kernel(float* output, const float* input, const int N, const int H, const int W, const int C) {
+  const int n_idx = blockIdx.x;
+  input += n_idx * H * W * C;
+  output += n_idx * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int i = 0; i < H * W; i++) acc += input[i * C + c];
+    output[c] = acc;
+  }
+}
+
+__global__ void mean_kernel(float* output, const float* input, const int HW, const int C) {
+  const int c_idx = blockIdx.x;
+  const int n_idx = blockIdx.y;
+  const size_t input_offset = n_idx * HW * C + c_idx;
+  input += input_offset;
+  float acc = 0.0f;
+  for (int i = threadIdx.x; i < HW; i += blockDim.x) acc += input[i * C];
+  if (threadIdx.x == 0) output[n_idx * C + c_idx] = acc;
+}
+
+__global__ void wide_kernel(float* output, const float* input, const int H, const int W, const int C) {
+  const int64_t n_idx = blockIdx.x;
+  input += n_idx * H * W * C;
+  output[n_idx] = input[0];
+}
+'''
+
+
+def test_a_pointer_advanced_by_a_program_id_times_sizes_is_an_int32_offset():
+    _, fs = mine(CUDA_POINTER_ADVANCE, "cuda", "k.cu")
+    assert kinds(fs, "pool_kernel", "SK009") == {"opportunity"}
+    assert kinds(fs, "mean_kernel", "SK009") == {"opportunity"}, "the product is int32 before it lands in the size_t"
+    assert "opportunity" not in kinds(fs, "wide_kernel", "SK009")

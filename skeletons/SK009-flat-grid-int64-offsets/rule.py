@@ -24,12 +24,21 @@ WIDE = re.compile(r"tl\.int64|int64_t|\bsize_t\b|long\s+long|uint64_t|\bint64\b"
 
 
 def _widened(ctx: Ctx, ax) -> str | None:
-    if WIDE.search(ctx.statement(ax.line)):
+    if WIDE.search(ctx.statement(ax.line)) and not _redefined(ctx, ax.var, ax.line):
         return f"line {ax.line}: {ctx.text(ax.line)}"
     for a in ctx.assigns:
-        if set(a.targets) & ({ax.var} | set(ax.derived)) and WIDE.search(a.rhs):
+        if set(a.targets) & ({ax.var} | set(ax.derived)) and WIDE.search(a.rhs) and not any(
+                _redefined(ctx, t, a.line) for t in a.targets):
             return f"line {a.line}: {' '.join(a.targets)} = {a.rhs}"
     return None
+
+
+def _redefined(ctx: Ctx, name: str, line: int) -> bool:
+    """``name`` is assigned again after ``line`` with a value that neither reads it nor is 64-bit
+    (``pid = tl.program_id(0).to(tl.int64)`` then ``pid = tl.program_id(0)``): the widening is dead."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    return any(a.line > line and a.op == "=" and a.targets == (name,) and not word.search(a.rhs)
+               and not WIDE.search(a.rhs) for a in ctx.assigns)
 
 
 def _decomposed(ctx: Ctx, ax) -> list[str]:
@@ -100,14 +109,20 @@ def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
     heads = pointers | _pointer_vars(ctx)
     in_addresses = {n for mo in ctx.p.memops for n in re.findall(r"[A-Za-z_]\w*", mo.pointer)}
     shared = {a.name for a in ctx.p.shared}
+    added = _added_to_pointers(ctx, heads)
     exprs = []  # (line, shown text, address expression)
     for a in ctx.assigns:
         head = re.match(r"\s*\(?\s*([A-Za-z_]\w*)", a.rhs)
-        # a pointer built from a base (``p_q = q + ...``) or an offset later added to one (``p_h = i_nh * K * V + ...``
-        # used as ``tl.load(h0 + p_h)``); a CUDA read ``x = s_a[pos * H + h]`` is a memory op below
+        # a pointer built from a base (``p_q = q + ...``), a pointer advanced in place (``input += n * H * W * C``),
+        # or an offset later added to one (``p_h = i_nh * K * V + ...`` used as ``tl.load(h0 + p_h)``; an offset
+        # computed from program ids counts when it is added to a pointer as it is, not when it is an index
+        # scaled again there, like ``i_nh`` in ``h0 + i_nh * K * V``); a CUDA read ``x = s_a[pos * H + h]`` is a
+        # memory op below
         if (head and head.group(1) in heads and head.group(1) not in shared) or (
-                set(a.targets) & in_addresses and not set(a.targets) & pids):
-            exprs.append((a.line, f"{', '.join(a.targets)} = {a.rhs}", a.rhs))
+                a.op in ("+=", "-=") and set(a.targets) & heads and not set(a.targets) & shared) or (
+                set(a.targets) & in_addresses and not set(a.targets) & pids) or set(a.targets) & added:
+            shown = f"{', '.join(a.targets)} {a.op} {a.rhs}"
+            exprs.append((a.line, shown, a.rhs))
     assigned = {ln for ln, _, _ in exprs}
     for mo in ctx.p.memops:  # an address written inside the load/store call itself
         if mo.line not in assigned and mo.space == "global":
@@ -119,6 +134,19 @@ def _offsets(ctx: Ctx) -> list[tuple[int, str, int]]:
                 out.append((line, shown, _size_factors(term, pids, ctx)))
                 break
     return out
+
+
+def _added_to_pointers(ctx: Ctx, heads: set[str]) -> set[str]:
+    """Names added as they are to a pointer: a whole additive term of a global load/store address
+    (``ptr_o + offset_o``, CUDA ``out[off]``) or of a pointer update (``input += input_offset``)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "added" not in cache:
+        exprs = [_index_of(mo.pointer) if ctx.p.language == "cuda" else mo.pointer
+                 for mo in ctx.p.memops if mo.space == "global"]
+        exprs += [a.rhs for a in ctx.assigns if set(a.targets) & heads and (
+            a.op in ("+=", "-=") or (m := re.match(r"\s*\(?\s*([A-Za-z_]\w*)", a.rhs)) and m.group(1) in heads)]
+        cache["added"] = {t.strip() for e in exprs for t in _terms(e, "+-") if re.fullmatch(r"\s*[A-Za-z_]\w*\s*", t)}
+    return cache["added"]
 
 
 # one factor of a product already int64: ``offs_m[:, None].to(tl.int64) * N``, ``(int64_t)bx * stride``
