@@ -22,11 +22,13 @@ def content_digest(data: bytes) -> str:
 
 @lru_cache(maxsize=1)
 def miner_fingerprint() -> str:
-    """12 hex digits over the miner's Python files and every skeleton's metadata."""
+    """12 hex digits over the miner's Python files, every skeleton's metadata and its detector
+    (``rule.py``: a changed condition changes the findings)."""
     h = hashlib.sha256()
     files = sorted(_MINER_DIR.rglob("*.py"))
     if _SKELETONS_DIR.is_dir():
         files += sorted(_SKELETONS_DIR.glob("*/skeleton.toml"))
+        files += sorted(_SKELETONS_DIR.glob("*.py")) + sorted(_SKELETONS_DIR.glob("*/rule.py"))  # the detectors
     for f in files:
         if "__pycache__" in f.parts:
             continue

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import bisect
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from skel.catalog.records import KernelProfile, LaunchSite, Param
@@ -42,6 +42,9 @@ class KernelDef:
     # A kernel made by ``name = triton.jit(...)(fn)`` / ``triton.jit(fn)``: the ``triton.jit(...)``
     # call that stands for its decorator (None for a decorated ``def``); ``line`` is then fn's def.
     jit_call: ast.expr | None = None
+    # ``alias = triton.autotune(configs=...)(name)`` at module level: the autotune call, read as a
+    # decorator of this kernel (its configs are what the kernel is tuned over wherever it is launched)
+    tuned_by: ast.expr | None = None
 
 
 def params_of(fn, src: Source) -> tuple[Param, ...]:
@@ -85,6 +88,7 @@ class Outline:
         candidates: list[KernelDef] = []
         module_fns: dict[str, tuple[int, ast.AST]] = {}
         aliases: list[tuple[str, ast.Call, str]] = []  # (kernel name, triton.jit(...) call, function name)
+        tuned: dict[str, ast.Call] = {}  # kernel name -> the triton.autotune(...) call wrapping it
         for i, tree in blocks.parse_all():
             index = ModuleIndex(tree, blocks.text)
             module_scope(tree, src, self.base)
@@ -96,6 +100,7 @@ class Outline:
                     candidates.append(KernelDef(i, fn.lineno, fn.name, params_of(fn, src), names))
             module_fns.update({s.name: (i, s) for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))})
             aliases += [a for s, fn in index.simple_statements if fn is None and (a := jit_alias(s))]
+            tuned.update(t for s, fn in index.simple_statements if fn is None and (t := autotune_alias(s)))
         for name, call, target in aliases:
             if target in module_fns:
                 block, fn = module_fns[target]
@@ -109,6 +114,7 @@ class Outline:
         for rows in reversed(nested):
             for n, m in rows:
                 self.imports[n] = m
+        candidates = [replace(k, tuned_by=tuned[k.name]) if k.name in tuned else k for k in candidates]
         self.kernels = sorted((k for k in candidates if is_jit(k.decorators, self.imports)), key=lambda k: k.line)
 
 
@@ -131,13 +137,28 @@ def jit_alias(stmt: ast.stmt) -> tuple[str, ast.Call, str] | None:
 
 def as_kernel(k: KernelDef, fn: ast.AST) -> ast.AST:
     """The function tree a kernel is profiled from: the ``def`` itself, or for a jit alias a copy
-    named as the alias with its ``triton.jit(...)`` call as the decorator (the original is shared)."""
-    if k.jit_call is None:
+    named as the alias with its ``triton.jit(...)`` call as the decorator (the original is shared);
+    a kernel wrapped by a module-level ``triton.autotune(...)(kernel)`` gets that call as an outer
+    decorator."""
+    if k.jit_call is None and k.tuned_by is None:
         return fn
     twin = copy.copy(fn)
     twin.name = k.name
-    twin.decorator_list = [k.jit_call]
+    jit = [k.jit_call] if k.jit_call is not None else list(fn.decorator_list)
+    twin.decorator_list = ([k.tuned_by] if k.tuned_by is not None else []) + jit
     return twin
+
+
+def autotune_alias(stmt: ast.stmt) -> tuple[str, ast.Call] | None:
+    """``alias = triton.autotune(configs=..., key=...)(kernel)``: (kernel, the autotune call)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    v = stmt.value
+    if not (isinstance(v, ast.Call) and len(v.args) == 1 and isinstance(v.args[0], ast.Name) and not v.keywords
+            and isinstance(v.func, ast.Call)):
+        return None
+    name = dotted(v.func.func) or ""
+    return (v.args[0].id, v.func) if name.rsplit(".", 1)[-1].endswith("autotune") else None
 
 
 ProfileKernel = Callable[[ast.AST, tuple[LaunchSite, ...]], KernelProfile]

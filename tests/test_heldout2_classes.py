@@ -255,3 +255,38 @@ def test_a_pointer_advanced_by_a_program_id_times_sizes_is_an_int32_offset():
     assert kinds(fs, "pool_kernel", "SK009") == {"opportunity"}
     assert kinds(fs, "mean_kernel", "SK009") == {"opportunity"}, "the product is int32 before it lands in the size_t"
     assert "opportunity" not in kinds(fs, "wide_kernel", "SK009")
+
+
+AUTOTUNE_ALIAS = '''
+import triton
+import triton.language as tl
+
+
+def get_configs():
+    return [triton.Config({"BLOCK": b}, num_warps=w) for b in (64, 128) for w in (4, 8)]
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+_tuned_copy_kernel = triton.autotune(configs=get_configs(), key=["n"])(copy_kernel)
+
+
+@triton.jit
+def plain_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def plain(x, y):
+    plain_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+'''
+
+
+def test_a_kernel_wrapped_by_a_module_level_autotune_call_is_autotuned():
+    _, fs = mine(AUTOTUNE_ALIAS)
+    assert kinds(fs, "copy_kernel", "SK005") == {"instance"}
+    assert kinds(fs, "plain_kernel", "SK005") == {"opportunity"}
