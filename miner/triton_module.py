@@ -23,6 +23,7 @@ from skel.catalog.records import KernelProfile, LaunchSite, Param
 from skel.miner.pyexpr import Source, dotted
 from skel.miner.triton_blocks import ModuleBlocks, Resplit
 from skel.miner.triton_launch import ModuleIndex, launch_calls, launch_lines, launch_site
+from skel.miner.triton_wrappers import Wrapper, call_lines, may_hold_wrappers, wrapper_calls, wrapper_of
 from skel.miner.triton_scan import LaunchScopes, module_scope
 from skel.miner.triton_scope import Scope
 
@@ -89,12 +90,16 @@ class Outline:
         module_fns: dict[str, tuple[int, ast.AST]] = {}
         aliases: list[tuple[str, ast.Call, str]] = []  # (kernel name, triton.jit(...) call, function name)
         tuned: dict[str, ast.Call] = {}  # kernel name -> the triton.autotune(...) call wrapping it
+        self.wrappers: dict[str, Wrapper] = {}  # functions that launch the kernel they are passed
+        look_for_wrappers = may_hold_wrappers(blocks.text)
         for i, tree in blocks.parse_all():
             index = ModuleIndex(tree, blocks.text)
             module_scope(tree, src, self.base)
             top += [(n, m) for t, n, m in index.import_rows if t]
             nested.append([(n, m) for t, n, m in index.import_rows if not t])
             for fn in index.functions:
+                if look_for_wrappers and (w := wrapper_of(fn)):
+                    self.wrappers[w.name] = w
                 names = decorator_names(fn)
                 if any(n in JIT_NAMES or n == "jit" for n in names):
                     candidates.append(KernelDef(i, fn.lineno, fn.name, params_of(fn, src), names))
@@ -174,6 +179,9 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
     # Lines where the text shows ``name[``, for the kernels wanted (``all_names`` decides what a
     # launch is: a name shadowing another kernel's is still that kernel's launch).
     per_name = {n: rows for n, rows in launch_lines(blocks.text, all_names).items() if n in names}
+    for n, rows in call_lines(blocks.text, outline.wrappers, all_names).items():  # launches through a wrapper
+        if n in names:
+            per_name[n] = sorted(set(per_name.get(n, [])) | set(rows))
     lines = sorted({ln for rows in per_name.values() for ln in rows})
     firsts = [sp.first_line for sp in blocks.spans]
 
@@ -199,7 +207,9 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
         tree = blocks.tree(i)
         index = ModuleIndex(tree, blocks.text)
         if i in launch_blocks:
-            for name, call, fn in launch_calls(index.simple_statements, lines, all_names):
+            calls = launch_calls(index.simple_statements, lines, all_names)
+            calls += wrapper_calls(index.simple_statements, lines, outline.wrappers, all_names)
+            for name, call, fn in calls:
                 for k in by_name.get(name, ()):
                     sites[(k.line, k.name)].append(((call.lineno, call.col_offset),
                                           launch_site(call, fn, k.params, outline.base, src, scopes)))

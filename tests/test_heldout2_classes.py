@@ -290,3 +290,62 @@ def test_a_kernel_wrapped_by_a_module_level_autotune_call_is_autotuned():
     _, fs = mine(AUTOTUNE_ALIAS)
     assert kinds(fs, "copy_kernel", "SK005") == {"instance"}
     assert kinds(fs, "plain_kernel", "SK005") == {"opportunity"}
+
+
+LAUNCH_WRAPPER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row(Y, X, cols, mask):
+    tl.store(Y + cols, tl.load(X + cols, mask=mask) * 2, mask=mask)
+
+
+@triton.jit
+def scale_kernel(Y, X, stride, n_cols: tl.constexpr, LONG: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    if LONG:
+        row = row.to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    _row(Y + row * stride, X + row * stride, cols, cols < n_cols)
+
+
+@triton.jit
+def fill_kernel(Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, 1.0, mask=offs < n)
+
+
+def _launch(kernel, grid, args, constexprs, **options):
+    kernel[grid](*args, **constexprs, **options)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    _launch(scale_kernel, (x.shape[0],), (y, x, x.stride(0)),
+            dict(n_cols=x.shape[1], LONG=x.numel() > 2**31, BLOCK=1024), num_warps=4)
+    return y
+
+
+def fill(n):
+    y = torch.zeros(n)
+    _launch(fill_kernel, (triton.cdiv(n, 512),), (y, n), dict(BLOCK=512))
+    return y
+'''
+
+
+def test_a_launch_through_a_same_file_wrapper_is_the_kernels_launch():
+    profiles, fs = mine(LAUNCH_WRAPPER)
+    prof = next(p for p in profiles if p.name == "scale_kernel")
+    line = next(i for i, t in enumerate(LAUNCH_WRAPPER.splitlines(), 1) if t.strip().startswith("_launch(scale_kernel"))
+    assert [s.line for s in prof.launches] == [line]
+    assert dict(prof.launches[0].constexpr_values)["BLOCK"] == 1024 and prof.launches[0].num_warps == 4
+    assert kinds(fs, "fill_kernel", "SK015") == {"opportunity"}, "y = torch.zeros only stored: the launch is seen"
+    assert kinds(fs, "fill_kernel", "SK005") == {"opportunity"}
+
+
+def test_a_widened_row_scaled_into_an_address_passed_to_a_helper_is_an_instance():
+    _, fs = mine(LAUNCH_WRAPPER)
+    assert kinds(fs, "scale_kernel", "SK009") == {"instance"}

@@ -245,6 +245,11 @@ def _scaled_into_offset(ctx: Ctx, ax) -> str | None:
         for term in _terms(a.rhs, "+-"):
             if "*" in term and names & set(re.findall(r"[A-Za-z_]\w*", term)):
                 return f"line {a.line}: {', '.join(a.targets)} {a.op} {a.rhs}"
+    # an address passed straight to a helper: ``_row(dY + row_idx * dY_row_stride, ...)``
+    inline = re.compile(r"\b[A-Za-z_]\w*\s*\+\s*\(?\s*(?:" + "|".join(map(re.escape, sorted(names))) + r")\b\s*\*")
+    for ln in range(ax.line + 1, ctx.p.end_line + 1):
+        if inline.search(ctx.text(ln)):
+            return f"line {ln}: {ctx.text(ln).strip()}"
     return None
 
 
