@@ -349,3 +349,32 @@ def test_a_launch_through_a_same_file_wrapper_is_the_kernels_launch():
 def test_a_widened_row_scaled_into_an_address_passed_to_a_helper_is_an_instance():
     _, fs = mine(LAUNCH_WRAPPER)
     assert kinds(fs, "scale_kernel", "SK009") == {"instance"}
+
+
+
+ROW_LOOP_WIDENING = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_kernel(Y, X, n_rows, rows_per_program, stride: tl.constexpr, LONG: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    row_start = pid * rows_per_program
+    for i in range(row_start, tl.minimum(row_start + rows_per_program, n_rows)):
+        row_idx = i
+        if LONG:
+            row_idx = i.to(tl.int64)
+        tl.store(Y + row_idx * stride + cols, tl.load(X + row_idx * stride + cols))
+
+
+def run(x, y):
+    rows_kernel[(132,)](y, x, x.shape[0], triton.cdiv(x.shape[0], 132), stride=x.stride(0), LONG=True, BLOCK=1024)
+'''
+
+
+def test_a_row_index_from_the_programs_range_widened_before_the_stride_is_an_instance():
+    _, fs = mine(ROW_LOOP_WIDENING)
+    assert kinds(fs, "rows_kernel", "SK009") == {"instance"}

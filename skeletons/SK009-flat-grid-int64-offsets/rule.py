@@ -26,11 +26,39 @@ WIDE = re.compile(r"tl\.int64|int64_t|\bsize_t\b|long\s+long|uint64_t|\bint64\b"
 def _widened(ctx: Ctx, ax) -> str | None:
     if WIDE.search(ctx.statement(ax.line)) and not _redefined(ctx, ax.var, ax.line):
         return f"line {ax.line}: {ctx.text(ax.line)}"
+    names = _reach(ctx, ax)
     for a in ctx.assigns:
-        if set(a.targets) & ({ax.var} | set(ax.derived)) and WIDE.search(a.rhs) and not any(
-                _redefined(ctx, t, a.line) for t in a.targets):
+        if not WIDE.search(a.rhs) or any(_redefined(ctx, t, a.line) for t in a.targets):
+            continue
+        # the id itself (``pid = pid.to(tl.int64)``), or an index computed from it widened before it
+        # scales an offset (``row_idx = i.to(tl.int64)`` for a row loop over the program's rows,
+        # ``row = (m_start + offs_m[:, None]).to(tl.int64)`` in a persistent tile loop)
+        # (a cast of a product is not: ``(pid * K).to(tl.int64)`` multiplied in int32 first)
+        if set(a.targets) & ({ax.var} | set(ax.derived)) or (set(_NAMES.findall(a.rhs)) & names and "*" not in a.rhs):
             return f"line {a.line}: {' '.join(a.targets)} = {a.rhs}"
     return None
+
+
+_NAMES = re.compile(r"[A-Za-z_]\w*")
+
+
+def _reach(ctx: Ctx, ax) -> set[str]:
+    """The axis's id and every value computed from it without a cast, loop variables over ranges
+    built from them included (``for i in range(row_start, ...)``)."""
+    cache = ctx.cache.setdefault(CODE, {}).setdefault("reach", {})
+    if ax.axis not in cache:
+        names = {ax.var, *ax.derived}
+        loops = [(lp.var, set(_NAMES.findall(lp.iter_text))) for lp in ctx.p.loops if lp.var]
+        for _ in range(4):
+            before = len(names)
+            for a in ctx.assigns:
+                if set(_NAMES.findall(a.rhs)) & names and not WIDE.search(a.rhs):
+                    names.update(a.targets)
+            names.update(v for v, used in loops if used & names)
+            if len(names) == before:
+                break
+        cache[ax.axis] = names
+    return cache[ax.axis]
 
 
 def _redefined(ctx: Ctx, name: str, line: int) -> bool:
