@@ -344,7 +344,51 @@ def _pairwise_lse(ctx: Ctx, names: list[str], line: int, loaded: set[str]) -> bo
     return all(root(n) for n in names)
 
 
+def _helper_inputs(ctx: Ctx) -> set[str]:
+    """A helper's stand-ins for loaded values: what its caller passes in (its parameters) and the
+    state of the object it is a member of (names read before the helper assigns or declares them),
+    followed through plain copies (``m_prev = m``)."""
+    names = {p.name for p in ctx.p.params}
+    assigned: set[str] = set()
+    for a in ctx.assigns:
+        if not a.decl:
+            names |= {n for n in NAME.findall(a.rhs) if n not in assigned} - {"max", "math", "inf", "min"}
+        assigned |= set(a.targets)
+        if re.fullmatch(r"[A-Za-z_]\w*", a.rhs.strip()) and a.rhs.strip() in names:
+            names |= set(a.targets)
+    return names
+
+
+def _state_merge(ctx: Ctx) -> Hit | None:
+    """A helper that merges a partial attention state into another: a pairwise LSE rescale
+    (exp(m_a - max(m_a, m_b)) of two passed-in or member maxima) whose weights scale a vector of
+    partial outputs element by element (``o[i] = o[i] * f1 + other_o[i] * f2`` in a loop): the
+    second pass of a KV split, called from the merge kernel's loop. A merge of softmax statistics
+    only (maxima and normalisers, no weighted output vector) is not attention."""
+    inputs = _helper_inputs(ctx)
+    hit = None
+    from skel.miner.detectors.text import call_args
+
+    for a in ctx.assigns:
+        for call in EXP_CALL.finditer(a.rhs):
+            names = [n for n in NAME.findall(call_args(a.rhs, call.end() - 1)) if n not in ("None", "math", "inf", "max", "fmaxf")]
+            if len(names) >= 2 and _pairwise_lse(ctx, names, a.line, inputs):
+                hit = hit or Hit.at(a.line, a.line, merge=f"{', '.join(a.targets)} = {a.rhs}")
+    if hit is None:
+        return None
+    weights = _derived(ctx, {t for a in ctx.assigns if EXP_CALL.search(a.rhs) for t in a.targets},
+                       ctx.p.line, ctx.p.end_line)
+    for a in ctx.assigns:
+        in_loop = any(lp.line < a.line <= lp.end_line for lp in ctx.p.loops)
+        if in_loop and "[" in a.rhs and _accumulates(a, weights, inputs - weights):
+            return hit
+    return None
+
+
 def instances(ctx: Ctx) -> list[Hit]:
+    if ctx.p.kind == "device-function":  # no grid of its own: only the merge it performs
+        hit = _state_merge(ctx) if ctx.p.language == "cuda" else None
+        return [hit] if hit else []
     out = []
     split = _split(ctx)
     lse_stores = [m for m in ctx.p.memops if m.kind == "store" and LSE_NAME.search(m.pointer + " " + ctx.statement(m.line))]
@@ -370,6 +414,7 @@ class SplitKvLseMerge(Rule):
     KIND = "template"
     CONDITIONS = CONDITIONS
     HELPERS = False  # needs the kernel's grid, launch or launcher
+    HELPER_INSTANCES = True  # a helper's state merge (``_state_merge``) counts for the kernels calling it
 
     def instances(self, ctx):
         return instances(ctx)
