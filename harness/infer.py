@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
-from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, module_values, read_launcher
+from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, read_shapes
 from skel.harness.reference import Reference, find_reference
@@ -122,7 +122,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     lf = read_launcher(fn, params, values_of)  # every branch: which parameters are tensors at all
     launch = lf.launches[0]
     kernel = kernels[launch.kernel]
-    st = State(lf, kernel_facts(kernel), _binding(lf, launch))
+    st = State(lf, kernel_facts(kernel), _binding(lf, launch), grid=grid_extents(lf, launch))
     variants = tuple(variants)
     for _ in range(3):  # the judged path: read again with the values chosen, until its asserts ask nothing new
         tensors = _tensor_params(st, variants)
@@ -135,7 +135,8 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                 " not take (--variant ARG sets a flag or passes an Optional argument)")
         launch = lf.launches[0]
         more = tuple(sorted(lf.required - set(tensors) - set(variants)))
-        st = State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n])
+        st = State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n],
+                   grid=grid_extents(lf, launch))
         if not more:
             break
         variants += more

@@ -58,6 +58,7 @@ class LauncherFacts:
     flat: set[str] = field(default_factory=set)  # dims that are a flat tensor's numel
     view_of: dict[str, str] = field(default_factory=dict)  # local view -> the parameter it views
     gates: set[str] = field(default_factory=set)
+    grid_fns: dict[str, ast.AST] = field(default_factory=dict)  # nested grid function -> the tuple it returns
     required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
     exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
 
@@ -179,6 +180,11 @@ class _Reader(ast.NodeVisitor):
                 self._dim(target.id, tensor, 0)
                 self.f.ranks.setdefault(tensor, 1)
                 self.f.flat.add(target.id)
+                return
+            flat = _numel_over(value)
+            if flat and flat[1] in self.f.dims and self.f.axes.get(flat[0], {}).get(-1) == flat[1] \
+                    and 0 not in self.f.axes.get(flat[0], {}):
+                self._dim(target.id, flat[0], 0)  # T = g.numel() // H of g [..., H]: g taken as [T, H]
                 return
             if src and src[1] is None:
                 self.shapes[target.id] = src[0]
@@ -378,6 +384,14 @@ class _Reader(ast.NodeVisitor):
         out.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
         return out
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        """A nested function (``def grid(meta): return (cdiv(T, meta["BT"]), N * H)``): what it returns is
+        kept, as a grid a launch may name (and its body read as before)."""
+        returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None]
+        if len(returns) == 1:
+            self.f.grid_fns[node.name] = returns[0]
+        self.generic_visit(node)
+
     def visit_Return(self, node: ast.Return) -> None:
         if node.value is not None:
             self.f.returns = tuple(node.value.elts) if isinstance(node.value, ast.Tuple) else (node.value,)
@@ -391,6 +405,15 @@ def _view_of(value: ast.AST) -> str | None:
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEWS:
         inner = value.func.value
         return inner.id if isinstance(inner, ast.Name) else _view_of(inner)
+    return None
+
+
+def _numel_over(value: ast.AST) -> tuple[str, str] | None:
+    """``x.numel() // D`` -> (x, D): the rows of x taken as [rows, D]."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) and isinstance(value.right, ast.Name) \
+            and isinstance(value.left, ast.Call) and isinstance(value.left.func, ast.Attribute) \
+            and value.left.func.attr == "numel" and isinstance(value.left.func.value, ast.Name):
+        return value.left.func.value.id, value.right.id
     return None
 
 
@@ -422,3 +445,37 @@ def module_values(tree: ast.Module) -> dict[str, object]:
                     out[node.targets[0].id] = {ast.literal_eval(k): None for k in node.value.keys
                                                if isinstance(k, ast.Constant)}
     return out
+
+
+def grid_extents(lf: LauncherFacts, launch: Launch) -> tuple[tuple[str, ...] | None, ...]:
+    """Each grid axis of ``launch`` as the product of launcher dims it spans (``(NV, N * H)`` ->
+    ``(None, ("H", "N"))`` when NV is no dim), or None where it is not a product of dims (a tile count
+    such as ``cdiv(T, BT)``). A grid named by a local tuple, a lambda or a nested ``def grid(meta)``
+    is read through its name."""
+    try:
+        node = ast.parse(launch.grid, mode="eval").body
+    except SyntaxError:
+        return ()
+    for _ in range(3):
+        if isinstance(node, ast.Name) and node.id in lf.grid_fns:
+            node = lf.grid_fns[node.id]
+        elif isinstance(node, ast.Name) and node.id in lf.exprs:
+            node = lf.exprs[node.id]
+        elif isinstance(node, ast.Lambda):
+            node = node.body
+        else:
+            break
+    axes = node.elts if isinstance(node, ast.Tuple) else [node]
+    return tuple(_dim_product(lf, axis) for axis in axes)
+
+
+def _dim_product(lf: LauncherFacts, node: ast.AST) -> tuple[str, ...] | None:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        a, b = _dim_product(lf, node.left), _dim_product(lf, node.right)
+        return None if a is None or b is None else tuple(sorted(a + b))
+    if isinstance(node, ast.Constant) and node.value == 1:
+        return ()
+    if isinstance(node, ast.Name):
+        name = lf.dim_alias.get(node.id, node.id)
+        return (name,) if name in lf.dims else None
+    return None

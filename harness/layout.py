@@ -11,6 +11,8 @@ from skel.harness.kernel_facts import KernelFacts
 from skel.harness.poly import Poly
 from skel.harness.state import POOL, HarnessError, State
 
+_MASK = "mask<"  # the kernel facts' bounded root: "mask<K" ranges over [0, K)
+
 
 def read_shapes(st: State, tensors: list[str], path: Path) -> None:
     lf = st.lf
@@ -78,14 +80,42 @@ def _launcher_polys(st: State, known: dict[str, tuple[str, ...]]) -> dict[str, P
     for kparam, expr in st.binding.items():
         rename[kparam] = expr
     polys: dict[str, Poly] = {}
+    spans = grid_roots(st)
     for kparam, use in st.kf.pointers.items():
         expr = st.binding.get(kparam)
         target = st.lf.aliases.get(expr, expr) if expr else None
         if target is None or use.address is None:
             continue
-        poly = use.address.rename({r: _rename_root(r, rename) for m, _ in use.address.terms for r in m})
+        poly = use.address.rename({r: spans.get(r) or _rename_root(r, rename) for m, _ in use.address.terms for r in m})
         polys.setdefault(target, _expand_strides(poly, known, st.lf.aliases))
     return polys
+
+
+def grid_roots(st: State) -> dict[str, str]:
+    """Program ids over a grid axis of one launcher dim (``grid = (cdiv(T, BT), H)``: pid1 spans [0, H)),
+    and the parts of one split over an axis of two (``i_n, i_h = pid // H, pid % H`` on an axis of
+    ``N * H``: [0, N) and [0, H)), as bounded roots ``mask<DIM`` like a masked offset."""
+    return {root: _MASK + dims[0] for root, dims in grid_spans(st).items() if len(dims) == 1}
+
+
+def grid_spans(st: State) -> dict[str, tuple[str, ...]]:
+    """Roots over launcher dims, outermost first: a program id over one dim, the parts of its split, and
+    a split program id over both parts' dims (``pid`` over ``N * H`` split by H: ("N", "H"))."""
+    out: dict[str, tuple[str, ...]] = {}
+    for axis, extent in enumerate(st.grid):
+        if extent and len(extent) == 1:
+            out[f"pid{axis}"] = extent
+    for whole, high, low, divisor in st.kf.splits:
+        if not whole.startswith("pid") or not whole[3:].isdigit() or int(whole[3:]) >= len(st.grid):
+            continue
+        extent = list(st.grid[int(whole[3:])] or ())
+        div = st.binding.get(divisor, divisor)
+        div = st.lf.dim_alias.get(div, div)
+        if div in extent:
+            extent.remove(div)
+            if len(extent) == 1:
+                out[high], out[low], out[whole] = (extent[0],), (div,), (extent[0], div)
+    return out
 
 
 def _rename_root(factor: str, rename: dict[str, str]) -> str:
@@ -171,6 +201,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     if not terms or sum(terms[0][0].values()) or any(not roots for _, roots in terms):
         return None
     shape: list[str] = []
+    grid = grid_spans(st)
     for k, (stride, roots) in enumerate(terms):
         outer = k == len(terms) - 1
         bound = KernelFacts.root_bound(roots[0]) if len(roots) == 1 else None
@@ -181,6 +212,10 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
             part = [bound]
         elif span:
             part = list(span)
+        elif bound and bound in dims:  # an index over [0, DIM) (a masked offset, a program id over DIM)
+            part = [bound]
+        elif len(roots) == 1 and roots[0] in grid:  # a program id over a grid axis of several dims
+            part = list(grid[roots[0]])
         elif not outer:
             extra = terms[k + 1][0] - stride
             if stride - terms[k + 1][0] or sum(extra.values()) != 1:
@@ -203,7 +238,7 @@ def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: di
     whose stride it carries there (and, for an outermost index, every axis before it). An index the
     kernel splits (``i_n = r // H``, ``i_h = r % H``) spans its parts' dims."""
     if len(roots) == 1:
-        for whole, high, low in st.kf.splits:
+        for whole, high, low, _ in st.kf.splits:
             if _rename_root(whole, st.binding) == roots[0]:
                 a = _span(st, tensor, (high,), outer, polys, known, dims)
                 b = _span(st, tensor, (low,), False, polys, known, dims)
