@@ -148,11 +148,12 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         st.notes.append("kernel read on the path " + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())))
     cuts = [t for t in tensors if kernel_param(st, t) in st.kf.offsets]
     notes = list(st.notes)
-    read_shapes(st, [t for t in tensors if t not in cuts], path)
+    others = _other_launches(st, kernels, env)
+    read_shapes(st, [t for t in tensors if t not in cuts], path, others)
     offsets, packed = _packing(st, tensors, cuts, path)
     if offsets and _count_locals(st, offsets[0], offsets[1]):  # N = len(cu_seqlens) - 1 sizes allocations
         st.shapes, st.notes = {}, notes
-        read_shapes(st, [t for t in tensors if t not in cuts], path)
+        read_shapes(st, [t for t in tensors if t not in cuts], path, others)
         offsets, packed = _packing(st, tensors, cuts, path)
     dim_list = _dims(st, tensors, dims or {})
     tensor_args = tuple(_tensor_arg(st, t) for t in tensors)
@@ -188,6 +189,21 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                    inplace, tuple(st.notes), others, written, dispatch,
                    next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
                    reference)
+
+
+def _other_launches(st: State, kernels: dict[str, ast.FunctionDef], env: dict[str, object]) -> list[State]:
+    """The launcher's other kernel launches on the judged path (a launcher that runs a pipeline of kernels),
+    each read on its own path: where the judged kernel does not index a tensor, one of these may."""
+    out, seen = [], {st.kf.name}
+    for launch in st.lf.launches[1:]:
+        if launch.kernel in seen or launch.kernel not in kernels:
+            continue
+        seen.add(launch.kernel)
+        other = State(st.lf, kernel_facts(kernels[launch.kernel]), _binding(st.lf, launch),
+                      grid=grid_extents(st.lf, launch))
+        other.kf = kernel_facts(kernels[launch.kernel], _flags(other, kernels[launch.kernel], launch, env))
+        out.append(other)
+    return out
 
 
 def _count_locals(st: State, cut: str, batch: str) -> bool:
@@ -316,7 +332,7 @@ def _tensor_params(st: State, variants: tuple[str, ...]) -> list[str]:
         is_tensor = "Tensor" in p.annotation or p.name in st.lf.used_as_tensor or pointer(st, p.name) is not None
         if not is_tensor:
             continue
-        if p.optional and p.name not in variants:
+        if (p.optional or (p.name in st.lf.none_tested and not p.has_default)) and p.name not in variants:
             st.notes.append(f"'{p.name}' is Optional: judged on the default path (None); --variant {p.name} adds it")
             continue
         out.append(p.name)
@@ -424,6 +440,10 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
                     and st.kf.scalar_use.get(kparam) in ("scale", "eps", "offset"))
         if p.has_default and p.name not in variants and not unfilled:
             continue  # the default path: the launcher's own default
+        if not p.has_default and p.name not in variants and (p.optional or p.name in st.lf.none_tested):
+            out.append(ValueArg(p.name, "None", "may be None (annotated Optional or tested `is None` by the launcher),"
+                                                " required: None on the default path (--variant NAME gives a tensor)"))
+            continue
         if unfilled:
             st.notes.append(f"'{p.name}' defaults to None, which the launcher passes to {st.kf.name} unreplaced"
                             f" (its callers fill it): given a value")

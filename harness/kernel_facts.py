@@ -50,6 +50,8 @@ class KernelFacts:
     # reads entries i and i + 1, a sequence's start and end in tensors packed along that axis
     offsets: dict[str, str] = field(default_factory=dict)
     packed: frozenset[str] = frozenset()  # pointer parameters addressed through those offsets
+    # parameters the kernel only moves (``q += off``) or never names: it reads and writes nothing through them
+    unread: frozenset[str] = frozenset()
 
     @staticmethod
     def root_bound(root: str) -> str | None:
@@ -74,6 +76,8 @@ def _strip(node: ast.AST) -> ast.AST:
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
             node = node.func.value
+        elif isinstance(node, ast.Call) and _call_name(node) == "cast" and node.args:  # tl.cast(x, tl.int64)
+            node = node.args[0]
         else:
             return node
 
@@ -331,7 +335,15 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                 bounds.add(stop.id)
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
-                       _tested_flags(whole, constexprs), offsets, frozenset(packed))
+                       _tested_flags(whole, constexprs), offsets, frozenset(packed),
+                       frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)))
+
+
+def _unread(fn: ast.FunctionDef, param: str) -> bool:
+    """``param`` is named nowhere in the body but as the target of ``param += ...`` (an offset applied to a
+    pointer the kernel then never loads, stores or passes on)."""
+    moved = {id(n.target) for n in ast.walk(fn) if isinstance(n, ast.AugAssign)}
+    return all(id(n) in moved for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == param)
 
 
 def _offset_starts(loads: dict[str, list[ast.Call]], ex: _Expander) -> dict[str, Poly]:

@@ -54,6 +54,7 @@ class LauncherFacts:
     aliases: dict[str, str] = field(default_factory=dict)  # local -> param it renames (h0 = initial_state)
     used_as_tensor: set[str] = field(default_factory=set)
     conditions: set[str] = field(default_factory=set)  # params tested by `if p:` / `p or ...`
+    none_tested: set[str] = field(default_factory=set)  # params compared with None (`x is None`): may be None
     dim_alias: dict[str, str] = field(default_factory=dict)  # local -> the dim it equals on the default path
     flat: set[str] = field(default_factory=set)  # dims that are a flat tensor's numel
     view_of: dict[str, str] = field(default_factory=dict)  # local view -> the parameter it views
@@ -300,6 +301,13 @@ class _Reader(ast.NodeVisitor):
             self._check(node.test, False)
         self.generic_visit(node)
 
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and isinstance(node.left, ast.Name) \
+                and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None \
+                and self.f.param(node.left.id):
+            self.f.none_tested.add(node.left.id)
+        self.generic_visit(node)
+
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
         for v in node.values:
             if isinstance(v, ast.Name):
@@ -381,7 +389,11 @@ class _Reader(ast.NodeVisitor):
     def _bind(self, call: ast.Call) -> dict[str, ast.AST]:
         params = self.kernels[call.func.value.id]
         out = {p: a for p, a in zip(params, call.args) if not isinstance(a, ast.Starred)}
-        out.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
+        for kw in call.keywords:
+            if kw.arg:
+                out[kw.arg] = kw.value
+            elif isinstance(kw.value, ast.Name):  # **kwargs of a local dict(a=x, ...) or {"a": x, ...}
+                out.update(_dict_items(self.f.exprs.get(kw.value.id)))
         return out
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -406,6 +418,14 @@ def _view_of(value: ast.AST) -> str | None:
         inner = value.func.value
         return inner.id if isinstance(inner, ast.Name) else _view_of(inner)
     return None
+
+
+def _dict_items(node: ast.AST | None) -> dict[str, ast.AST]:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    if isinstance(node, ast.Dict):
+        return {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return {}
 
 
 def _numel_over(value: ast.AST) -> tuple[str, str] | None:

@@ -14,7 +14,9 @@ from skel.harness.state import POOL, HarnessError, State
 _MASK = "mask<"  # the kernel facts' bounded root: "mask<K" ranges over [0, K)
 
 
-def read_shapes(st: State, tensors: list[str], path: Path) -> None:
+def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] = ()) -> None:
+    """Each tensor's shape into ``st.shapes``; a tensor the judged kernel does not index is read off the
+    first of the launcher's ``others`` kernels that does, in that kernel's own names."""
     lf = st.lf
     for t, axes in lf.axes.items():
         rank = lf.ranks.get(t)
@@ -46,6 +48,14 @@ def read_shapes(st: State, tensors: list[str], path: Path) -> None:
         if t in st.shapes:
             continue
         shape = _layout_shape(st, t, polys, known)
+        for other in others if shape is None and t not in polys else ():
+            other.notes = st.notes  # what it finds is this inference's note
+            shape = _layout_shape(other, t, _launcher_polys(other, known), known)
+            if shape is not None:
+                break
+        if shape is None and t not in polys and _unread(t, st, others) and t not in lf.axes:
+            shape = ("1",)  # never dereferenced by a kernel launched: any tensor will do
+            st.notes.append(f"'{t}' [1]: passed to {st.kf.name} but never loaded, stored or passed on there")
         if shape is None:
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
@@ -54,6 +64,12 @@ def read_shapes(st: State, tensors: list[str], path: Path) -> None:
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)
+
+
+def _unread(tensor: str, st: State, others: list[State]) -> bool:
+    """Every kernel parameter ``tensor`` is bound to, in every launch read, is one its kernel never reads."""
+    uses = [(s, k) for s in (st, *others) for k, e in s.binding.items() if st.lf.aliases.get(e, e) == tensor]
+    return bool(uses) and all(k in s.kf.unread for s, k in uses)
 
 
 def alloc_shape(items: list, st: State, known: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
@@ -173,6 +189,10 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         size = str(sum(c for _, c in poly.terms) + 1)
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
         return (size,)
+    own_axes = _own_strides(tensor, poly, dims)
+    if own_axes:
+        st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
+        return own_axes
     own = f"{tensor}.stride("  # the tensor's own stride: whatever its inner dims make it
     lead = [m for m, _ in poly.terms if any(f.startswith(own) for f in m)]
     inner = Poly.of({m: c for m, c in poly.terms if not any(f.startswith(own) for f in m)})
@@ -230,6 +250,32 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     shape = prefix + shape
     st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
     return tuple(shape)
+
+
+def _own_strides(tensor: str, poly: Poly, dims: set[str]) -> tuple[str, ...] | None:
+    """``x.stride(0)*mask<B + x.stride(1)*mask<T + x.stride(2)*mask<H`` (each axis i indexed over a dim
+    through ``x.stride(i)``, the last perhaps with stride 1): [B, T, H]."""
+    by_axis: dict[int, str] = {}
+    for m, c in poly.terms:
+        bounds = [KernelFacts.root_bound(f) for f in m]
+        strides = [f for f in m if f.startswith(f"{tensor}.stride(")]
+        if c != 1 or len(m) > 2 or sum(b is not None for b in bounds) != 1 or len(m) - 1 != len(strides):
+            return None
+        bound = next(b for b in bounds if b is not None)
+        if bound not in dims:
+            return None
+        axis = strides[0][len(tensor) + 8:-1] if strides else "last"
+        if axis != "last" and not axis.isdigit():
+            return None
+        key = 10 ** 6 if axis == "last" else int(axis)
+        if key in by_axis:
+            return None
+        by_axis[key] = bound
+    axes = sorted(by_axis)
+    if not axes or not any(a < 10 ** 6 for a in axes) or [a for a in axes if a < 10 ** 6] != list(range(len(
+            [a for a in axes if a < 10 ** 6]))):
+        return None
+    return tuple(by_axis[a] for a in axes)
 
 
 def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: dict[str, Poly],
