@@ -278,6 +278,8 @@ def _env(st: State, tensors: list[str], variants: tuple[str, ...]) -> dict[str, 
             env[p.name] = True if not ("Tensor" in p.annotation or p.name in st.lf.used_as_tensor) else PRESENT
         elif p.has_default:
             env[p.name] = p.default
+        elif p.optional or p.name in st.lf.none_tested:  # required but may be None: None on the default path
+            env[p.name] = None
         elif p.annotation == "bool" or p.name in st.lf.conditions:
             env[p.name] = p.name in st.lf.gates
         else:
@@ -332,7 +334,7 @@ def _tensor_params(st: State, variants: tuple[str, ...]) -> list[str]:
         is_tensor = "Tensor" in p.annotation or p.name in st.lf.used_as_tensor or pointer(st, p.name) is not None
         if not is_tensor:
             continue
-        if (p.optional or (p.name in st.lf.none_tested and not p.has_default)) and p.name not in variants:
+        if p.optional and p.name not in variants:
             st.notes.append(f"'{p.name}' is Optional: judged on the default path (None); --variant {p.name} adds it")
             continue
         out.append(p.name)
