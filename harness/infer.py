@@ -331,7 +331,8 @@ def _heuristic(body: ast.AST, launch, reader) -> bool | None:
 def _tensor_params(st: State, variants: tuple[str, ...]) -> list[str]:
     out = []
     for p in st.lf.params:
-        is_tensor = "Tensor" in p.annotation or p.name in st.lf.used_as_tensor or pointer(st, p.name) is not None
+        is_tensor = "Tensor" in p.annotation or p.name in st.lf.used_as_tensor or pointer(st, p.name) is not None \
+            or any(k in st.kf.unread for k, e in st.binding.items() if param_of(st, e) == p.name)
         if not is_tensor:
             continue
         if p.optional and p.name not in variants:

@@ -340,10 +340,11 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
 
 
 def _unread(fn: ast.FunctionDef, param: str) -> bool:
-    """``param`` is named nowhere in the body but as the target of ``param += ...`` (an offset applied to a
-    pointer the kernel then never loads, stores or passes on)."""
+    """``param`` is named in the body only as the target of ``param += ...``: an offset applied to a pointer
+    the kernel then never loads, stores or passes on."""
     moved = {id(n.target) for n in ast.walk(fn) if isinstance(n, ast.AugAssign)}
-    return all(id(n) in moved for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == param)
+    names = [n for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == param]
+    return bool(names) and all(id(n) in moved for n in names)
 
 
 def _offset_starts(loads: dict[str, list[ast.Call]], ex: _Expander) -> dict[str, Poly]:
