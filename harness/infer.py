@@ -462,6 +462,12 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
                                 else "a flag: False (--variant NAME sets it)"))
         elif use == "eps":
             out.append(ValueArg(p.name, "1e-6", f"added under a root or division in {st.kf.name}: an epsilon"))
+        elif use == "sentinel":
+            out.append(ValueArg(p.name, "-100", f"compared for equality with loaded values in {st.kf.name}: a"
+                                                 " sentinel (an ignore index) no drawn value takes, -100"))
+        elif kparam in st.kf.arange_bounds and kparam in st.kf.constexprs:
+            out.append(ValueArg(p.name, "16", f"a tile size (tl.arange(0, {kparam}) in {st.kf.name}): 16, a power"
+                                               " of two"))
         elif use == "offset":
             out.append(ValueArg(p.name, "0.0", f"added to values in {st.kf.name}: an offset"))
         elif use == "scale" or "float" in p.annotation:

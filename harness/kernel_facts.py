@@ -42,7 +42,7 @@ class KernelFacts:
     index_tensors: dict[str, str]  # index parameter -> the pointer parameter its values offset
     skips_negative: frozenset[str]  # index parameters whose negative values the kernel skips
     arange_bounds: frozenset[str]  # parameters used as tl.arange(0, X) bounds (powers of two)
-    scalar_use: dict[str, str]  # non-pointer parameter -> "eps", "scale", "offset" or ""
+    scalar_use: dict[str, str]  # non-pointer parameter -> "eps", "scale", "offset", "sentinel" or ""
     loop_bounds: frozenset[str] = frozenset()  # parameters a loop runs to (sequence lengths)
     splits: tuple[tuple[str, str, str, str], ...] = ()  # (root, root // X, root % X, X): an index split in two
     flags: dict[str, bool] = field(default_factory=dict)  # constexpr parameters tested by `if` -> their default
@@ -326,7 +326,8 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                 src = KernelFacts.loaded_from(f)
                 if src and src != param:
                     index_of[src] = param
-    scalars = {p: _scalar_use(fn, p) for p in params if p not in pointers and p not in constexprs}
+    loaded_values = set().union(*(_loaded_names(fn, q, ex) for q in loads)) if loads else set()
+    scalars = {p: _scalar_use(fn, p, loaded_values) for p in params if p not in pointers and p not in constexprs}
     bounds = set()
     for loop in ast.walk(fn):
         if isinstance(loop, ast.For) and _call_name(loop.iter) == "range" and loop.iter.args:
@@ -566,9 +567,16 @@ def _regime(fn: ast.FunctionDef, param: str, ex: _Expander) -> str:
     return ""
 
 
-def _scalar_use(fn: ast.FunctionDef, param: str) -> str:
+def _scalar_use(fn: ast.FunctionDef, param: str, loaded: set[str] = frozenset()) -> str:
     """How a scalar argument enters the arithmetic: added under a root/division ("eps"), a factor
-    ("scale"), a term ("offset")."""
+    ("scale"), a term ("offset"), or compared for equality with loaded values ("sentinel": an index
+    value such as an ignore_index that marks entries to skip)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            sides = [_strip(node.left), _strip(node.comparators[0])]
+            if any(isinstance(x, ast.Name) and x.id == param for x in sides) \
+                    and any(isinstance(x, ast.Name) and x.id in loaded for x in sides):
+                return "sentinel"
     for node in ast.walk(fn):
         if _call_name(node) in ("maximum", "clamp") and any(isinstance(_strip(a), ast.Name) and _strip(a).id == param
                                                            for a in node.args[1:]):

@@ -318,6 +318,40 @@ def test_shapes_read_where_the_code_decides_them(tmp_path):
     assert any("never loaded, stored or passed on" in n for n in h.notes)
 
 
+SCALARS = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def pick(x, y, out, ignore, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0)
+    label = tl.load(y + i)
+    if label == ignore:
+        return
+    o = tl.arange(0, BLOCK)
+    v = tl.load(x + i * n + o, mask=o < n, other=0.0)
+    tl.store(out + i, tl.sum(v))
+
+
+def launch(x: torch.Tensor, y: torch.Tensor, ignore, BLOCK):
+    rows, n = x.shape
+    out = x.new_empty(rows)
+    pick[(rows,)](x, y, out, ignore, n, BLOCK=BLOCK)
+    return out
+"""
+
+
+def test_scalars_read_off_their_use(tmp_path):
+    """A required scalar the kernel compares with loaded values is a sentinel no drawn value takes; one the
+    kernel uses as a tl.arange bound is a tile size (a power of two)."""
+    path = tmp_path / "pick.py"
+    path.write_text(SCALARS)
+    values = {v.name: v.code for v in infer(path, SCALARS).values}
+    assert values == {"ignore": "-100", "BLOCK": "16"}
+
+
 def test_liger_kl_div_roles_read_off_the_code(liger):
     """A flag the kernel branches on takes the kernel's default, a mode looked up in a module dict one of
     its keys, a floor under values (tl.maximum(x, eps)) an epsilon."""
