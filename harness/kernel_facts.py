@@ -54,6 +54,11 @@ class KernelFacts:
     unread: frozenset[str] = frozenset()
 
     @staticmethod
+    def bounded(dim: str) -> str:
+        """The root of an index over [0, dim), as a masked offset's."""
+        return _MASK_ROOT + dim
+
+    @staticmethod
     def root_bound(root: str) -> str | None:
         return root[len(_MASK_ROOT):] if root.startswith(_MASK_ROOT) else None
 

@@ -11,7 +11,6 @@ from skel.harness.kernel_facts import KernelFacts
 from skel.harness.poly import Poly
 from skel.harness.state import POOL, HarnessError, State
 
-_MASK = "mask<"  # the kernel facts' bounded root: "mask<K" ranges over [0, K)
 
 
 def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] = ()) -> None:
@@ -111,7 +110,7 @@ def grid_roots(st: State) -> dict[str, str]:
     """Program ids over a grid axis of one launcher dim (``grid = (cdiv(T, BT), H)``: pid1 spans [0, H)),
     and the parts of one split over an axis of two (``i_n, i_h = pid // H, pid % H`` on an axis of
     ``N * H``: [0, N) and [0, H)), as bounded roots ``mask<DIM`` like a masked offset."""
-    return {root: _MASK + dims[0] for root, dims in grid_spans(st).items() if len(dims) == 1}
+    return {root: KernelFacts.bounded(dims[0]) for root, dims in grid_spans(st).items() if len(dims) == 1}
 
 
 def grid_spans(st: State) -> dict[str, tuple[str, ...]]:
@@ -255,27 +254,23 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
 def _own_strides(tensor: str, poly: Poly, dims: set[str]) -> tuple[str, ...] | None:
     """``x.stride(0)*mask<B + x.stride(1)*mask<T + x.stride(2)*mask<H`` (each axis i indexed over a dim
     through ``x.stride(i)``, the last perhaps with stride 1): [B, T, H]."""
-    by_axis: dict[int, str] = {}
+    numbered: dict[int, str] = {}
+    last: list[str] = []  # the unit-stride axis, if any
+    own = f"{tensor}.stride("
     for m, c in poly.terms:
-        bounds = [KernelFacts.root_bound(f) for f in m]
-        strides = [f for f in m if f.startswith(f"{tensor}.stride(")]
-        if c != 1 or len(m) > 2 or sum(b is not None for b in bounds) != 1 or len(m) - 1 != len(strides):
+        bounds = [b for b in map(KernelFacts.root_bound, m) if b is not None]
+        strides = [f[len(own):-1] for f in m if f.startswith(own)]
+        if c != 1 or len(bounds) != 1 or bounds[0] not in dims or len(m) != 1 + len(strides) or len(strides) > 1:
             return None
-        bound = next(b for b in bounds if b is not None)
-        if bound not in dims:
+        if not strides:
+            last.append(bounds[0])
+        elif strides[0].isdigit() and int(strides[0]) not in numbered:
+            numbered[int(strides[0])] = bounds[0]
+        else:
             return None
-        axis = strides[0][len(tensor) + 8:-1] if strides else "last"
-        if axis != "last" and not axis.isdigit():
-            return None
-        key = 10 ** 6 if axis == "last" else int(axis)
-        if key in by_axis:
-            return None
-        by_axis[key] = bound
-    axes = sorted(by_axis)
-    if not axes or not any(a < 10 ** 6 for a in axes) or [a for a in axes if a < 10 ** 6] != list(range(len(
-            [a for a in axes if a < 10 ** 6]))):
+    if not numbered or len(last) > 1 or sorted(numbered) != list(range(len(numbered))):
         return None
-    return tuple(by_axis[a] for a in axes)
+    return tuple(numbered[i] for i in range(len(numbered))) + tuple(last)
 
 
 def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: dict[str, Poly],
