@@ -1,7 +1,11 @@
 """Benchmark: for how many launchers of real kernel packages `skel harness` infers a harness, and why
 the others fail (one line each, grouped).
 
-    python benchmarks/harness_coverage.py [--write]
+    python benchmarks/harness_coverage.py [--write] [--run N]
+
+``--run N`` also judges an identical copy of N inferred launchers (every k-th, deterministic) through the
+gate on the CPU interpreter (ci shapes, one seed, the original as oracle): an inferred harness counts as
+working only if the gate runs it and accepts the copy. Each run is a subprocess with a time limit.
 
 Corpora from the package registry (cached as the tests cache them): fla-core 0.6.0 (`fla/ops`) and
 liger-kernel 0.8.5 (`liger_kernel/ops`). Every top-level function of a file that launches one of the
@@ -15,6 +19,7 @@ import argparse
 import ast
 import collections
 import re
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,11 +44,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--run", type=int, default=0, help="judge an identical copy of N inferred launchers")
+    parser.add_argument("--run-timeout", type=int, default=240)
     args = parser.parse_args()
     lines = [f"# Harness inference coverage ({datetime.now(timezone.utc):%Y-%m-%d}, `python benchmarks/harness_coverage.py`)", ""]
     for dist, version, sub in CORPORA:
         root = fetch_wheel_corpus(dist, version) / sub
         ok, failed, crashed = 0, collections.Counter(), []
+        inferred = []
         for path in sorted(root.rglob("*.py")):
             source = path.read_text(encoding="utf-8", errors="replace")
             try:
@@ -54,6 +62,7 @@ def main() -> None:
                 try:
                     infer(path, source, entry=name)
                     ok += 1
+                    inferred.append((path, name))
                 except HarnessError as exc:
                     failed[_reason(str(exc))] += 1
                 except Exception as exc:  # noqa: BLE001 - counted: a crash is a bug to fix
@@ -65,10 +74,48 @@ def main() -> None:
                   "| refused | reason |", "| ---: | --- |"]
         lines += [f"| {n} | {r} |" for r, n in failed.most_common(12)]
         lines += [""] + [f"- crash: {c}" for c in crashed] + [""]
+        if args.run and inferred:
+            lines += _runs(inferred, args.run, args.run_timeout, fetch_wheel_corpus(dist, version))
     text = "\n".join(lines)
     print(text)
     if args.write:
         RESULTS.write_text(text + "\n")
+
+
+_RUN = """
+import os, shutil, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from skel.validate.gate import validate
+path, entry = Path(sys.argv[1]), sys.argv[2]
+copy = Path(tempfile.mkdtemp()) / path.name
+shutil.copy(path, copy)
+r = validate(path, copy, shapes="ci", seeds=(0,), device="cpu", entry=entry, time_limit=float(sys.argv[4]))
+print("ACCEPTED" if r.accepted else "REJECTED", (r.error or "; ".join(r.reasons or ()))[:160].replace(chr(10), " "))
+"""
+
+
+def _runs(inferred: list, n: int, timeout: int, root: Path) -> list[str]:
+    step = max(1, len(inferred) // n)
+    sample = inferred[::step][:n]
+    counts: collections.Counter = collections.Counter()
+    rows = []
+    env = {**__import__("os").environ, "TRITON_INTERPRET": "1"}
+    for i, (path, name) in enumerate(sample, 1):
+        try:
+            out = subprocess.run([sys.executable, "-c", _RUN, str(path), name, str(root), str(timeout - 20)],
+                                 capture_output=True, text=True, timeout=timeout, env=env)
+            last = (out.stdout.strip().splitlines() or [f"exit {out.returncode}: " + out.stderr.strip()[-150:]])[-1]
+        except subprocess.TimeoutExpired:
+            last = f"TIMEOUT after {timeout} s"
+        verdict = last.split(" ", 1)[0] if last.startswith(("ACCEPTED", "REJECTED", "TIMEOUT")) else "ERROR"
+        counts[verdict] += 1
+        rows.append(f"| `{path.relative_to(root)}` | {name} | {last[:170].replace('|', '/')} |")
+        print(f"[{i}/{len(sample)}] {path.name}:{name}: {last[:120]}", file=sys.stderr)
+    return [f"Judged an identical copy of {len(sample)} inferred launchers (every {step}th) on the CPU interpreter:"
+            f" **{counts['ACCEPTED']} accepted**, {counts['REJECTED']} rejected, {counts['ERROR']} errors,"
+            f" {counts['TIMEOUT']} past {timeout} s.", "", "| file | launcher | gate |", "| --- | --- | --- |",
+            *rows, ""]
 
 
 if __name__ == "__main__":

@@ -157,16 +157,29 @@ def mine_file(root: Path, rel: str) -> tuple[list, list, str | None]:
 
 
 def mine_labelled(labels: list[Label], roots: dict[str, Path] | None = None) -> tuple[dict, list[str]]:
-    """(package, file, kernel) -> Found for every labelled kernel, and the miner's errors."""
+    """(package, file, kernel) -> Found for every labelled kernel, and the miner's errors.
+
+    CUDA files are mined as one run over the folder that holds a package's labelled CUDA files
+    (their deepest common folder), as ``skel mine FOLDER`` would: each file alone, then the
+    cross-file pass (``miner.crossfile``) that copies helpers' findings from headers to the
+    kernels that reach them."""
     roots = dict(roots or {})
     found, problems = {}, []
     files = sorted({(lb.package, lb.file) for lb in labels})
+    mined: dict[tuple[str, str], tuple[list, list]] = {}
     for package, rel in files:
         if package not in roots:
             roots[package] = corpus_root(package)
         profiles, findings, err = mine_file(roots[package], rel)
         if err:
             problems.append(f"{package} {rel}: {err}")
+        mined[(package, rel)] = (profiles, findings)
+    for package in sorted({p for p, _ in files}):
+        cuda = [rel for p, rel in files if p == package and Path(rel).suffix in CUDA_SUFFIXES]
+        if cuda:
+            _link_cuda(roots[package], package, cuda, mined, problems)
+    for package, rel in files:
+        profiles, findings = mined[(package, rel)]
         kernels = {lb.kernel: lb.line for lb in labels if (lb.package, lb.file) == (package, rel)}
         for name, line in kernels.items():
             profs = [p for p in profiles if p.name == name]
@@ -174,6 +187,34 @@ def mine_labelled(labels: list[Label], roots: dict[str, Path] | None = None) -> 
             mine = tuple(f for f in findings if f.kernel == name)
             found[(package, rel, name)] = Found(prof is not None, prof.line if prof else None, mine)
     return found, problems
+
+
+def _link_cuda(root: Path, package: str, labelled: list[str], mined: dict, problems: list[str]) -> None:
+    """Mine every CUDA file (with ``__global__`` or ``__device__``) under the labelled files' common
+    folder and add the cross-file pass's findings to the labelled files' own."""
+    import os
+
+    from skel.miner.crossfile import SourceFile, attribute
+
+    folder = Path(os.path.commonpath([str(Path(rel).parent) for rel in labelled]))
+    run = []
+    for path in sorted((root / folder).rglob("*")):
+        if path.suffix not in CUDA_SUFFIXES or not path.is_file():
+            continue
+        rel = str(path.relative_to(root))
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "__global__" not in text and "__device__" not in text:
+            continue
+        if (package, rel) not in mined:
+            profiles, findings, err = mine_file(root, rel)
+            if err:
+                problems.append(f"{package} {rel}: {err}")
+            mined[(package, rel)] = (profiles, findings)
+        run.append(SourceFile(rel, text, tuple(mined[(package, rel)][1])))
+    extra = attribute(run)
+    for rel in labelled:
+        profiles, findings = mined[(package, rel)]
+        mined[(package, rel)] = (profiles, list(findings) + extra.get(rel, []))
 
 
 # ------------------------------------------------------------------- scoring

@@ -7,7 +7,7 @@
 #   bash benchmarks/small_batch_h200.sh "$OUT" [JOB ...]
 # Jobs: fx_conditional fx_nested fx_helper fx_constant fx_heuristics (the case kernels at N = 1, 8, 64, 256),
 # kda_n1 gdn_n1 fla_kda_n1 fla_gdn_n1 (N = 1 and 8 at T = 1, every applicable skeleton),
-# fla_kda_regress (T = 8 and T = 1 at N = 64). One 10-minute device call does not hold them all: split them.
+# fla_kda_regress (T = 8 and T = 1 at N = 64; SKEL_REGRESS_SHAPES=N64-T8-... for one). One 10-minute device call does not hold them all: split them.
 DEST=${1:-/tmp/out}; shift
 OUT=/tmp/skel-small-batch
 mkdir -p "$OUT" "$DEST"
@@ -50,7 +50,8 @@ for job in ${@:-fx_conditional fx_nested fx_helper fx_constant fx_heuristics}; d
     gdn_n1) run gdn_n1 "$(list "" -T1-H16-HV32-K128-V128 1 8)" /tmp/work/gdn_decode.py $N1 ;;
     fla_kda_n1) run fla_kda_n1 "$(list "" -T1-H32-HV32-K128-V128 1 8)" /tmp/work/fla_kda_decode.py $N1 ;;
     fla_gdn_n1) run fla_gdn_n1 "$(list "" -T1-H16-HV32-K128-V128 1 8)" /tmp/work/fla_gdn_decode.py $N1 ;;
-    fla_kda_regress) run fla_kda_regress "N64-T1-H32-HV32-K128-V128,N64-T8-H32-HV32-K128-V128" /tmp/work/fla_kda_decode.py ;;
+    fla_kda_regress) run fla_kda_regress "${SKEL_REGRESS_SHAPES:-N64-T1-H32-HV32-K128-V128,N64-T8-H32-HV32-K128-V128}" \
+      /tmp/work/fla_kda_decode.py ;;
   esac
 done
 python3 benchmarks/render_small_batch.py "$OUT" | tee "$OUT/summary.md"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
-from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, module_values, read_launcher
+from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, read_shapes
 from skel.harness.reference import Reference, find_reference
@@ -122,7 +122,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     lf = read_launcher(fn, params, values_of)  # every branch: which parameters are tensors at all
     launch = lf.launches[0]
     kernel = kernels[launch.kernel]
-    st = State(lf, kernel_facts(kernel), _binding(lf, launch))
+    st = State(lf, kernel_facts(kernel), _binding(lf, launch), grid=grid_extents(lf, launch))
     variants = tuple(variants)
     for _ in range(3):  # the judged path: read again with the values chosen, until its asserts ask nothing new
         tensors = _tensor_params(st, variants)
@@ -135,7 +135,8 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                 " not take (--variant ARG sets a flag or passes an Optional argument)")
         launch = lf.launches[0]
         more = tuple(sorted(lf.required - set(tensors) - set(variants)))
-        st = State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n])
+        st = State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n],
+                   grid=grid_extents(lf, launch))
         if not more:
             break
         variants += more
@@ -147,11 +148,12 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         st.notes.append("kernel read on the path " + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())))
     cuts = [t for t in tensors if kernel_param(st, t) in st.kf.offsets]
     notes = list(st.notes)
-    read_shapes(st, [t for t in tensors if t not in cuts], path)
+    others = _other_launches(st, kernels, env)
+    read_shapes(st, [t for t in tensors if t not in cuts], path, others)
     offsets, packed = _packing(st, tensors, cuts, path)
     if offsets and _count_locals(st, offsets[0], offsets[1]):  # N = len(cu_seqlens) - 1 sizes allocations
         st.shapes, st.notes = {}, notes
-        read_shapes(st, [t for t in tensors if t not in cuts], path)
+        read_shapes(st, [t for t in tensors if t not in cuts], path, others)
         offsets, packed = _packing(st, tensors, cuts, path)
     dim_list = _dims(st, tensors, dims or {})
     tensor_args = tuple(_tensor_arg(st, t) for t in tensors)
@@ -187,6 +189,21 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                    inplace, tuple(st.notes), others, written, dispatch,
                    next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
                    reference)
+
+
+def _other_launches(st: State, kernels: dict[str, ast.FunctionDef], env: dict[str, object]) -> list[State]:
+    """The launcher's other kernel launches on the judged path (a launcher that runs a pipeline of kernels),
+    each read on its own path: where the judged kernel does not index a tensor, one of these may."""
+    out, seen = [], {st.kf.name}
+    for launch in st.lf.launches[1:]:
+        if launch.kernel in seen or launch.kernel not in kernels:
+            continue
+        seen.add(launch.kernel)
+        other = State(st.lf, kernel_facts(kernels[launch.kernel]), _binding(st.lf, launch),
+                      grid=grid_extents(st.lf, launch))
+        other.kf = kernel_facts(kernels[launch.kernel], _flags(other, kernels[launch.kernel], launch, env))
+        out.append(other)
+    return out
 
 
 def _count_locals(st: State, cut: str, batch: str) -> bool:
@@ -261,6 +278,8 @@ def _env(st: State, tensors: list[str], variants: tuple[str, ...]) -> dict[str, 
             env[p.name] = True if not ("Tensor" in p.annotation or p.name in st.lf.used_as_tensor) else PRESENT
         elif p.has_default:
             env[p.name] = p.default
+        elif p.optional or p.name in st.lf.none_tested:  # required but may be None: None on the default path
+            env[p.name] = None
         elif p.annotation == "bool" or p.name in st.lf.conditions:
             env[p.name] = p.name in st.lf.gates
         else:
@@ -312,7 +331,8 @@ def _heuristic(body: ast.AST, launch, reader) -> bool | None:
 def _tensor_params(st: State, variants: tuple[str, ...]) -> list[str]:
     out = []
     for p in st.lf.params:
-        is_tensor = "Tensor" in p.annotation or p.name in st.lf.used_as_tensor or pointer(st, p.name) is not None
+        is_tensor = "Tensor" in p.annotation or p.name in st.lf.used_as_tensor or pointer(st, p.name) is not None \
+            or any(k in st.kf.unread for k, e in st.binding.items() if param_of(st, e) == p.name)
         if not is_tensor:
             continue
         if p.optional and p.name not in variants:
@@ -423,6 +443,10 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
                     and st.kf.scalar_use.get(kparam) in ("scale", "eps", "offset"))
         if p.has_default and p.name not in variants and not unfilled:
             continue  # the default path: the launcher's own default
+        if not p.has_default and p.name not in variants and (p.optional or p.name in st.lf.none_tested):
+            out.append(ValueArg(p.name, "None", "may be None (annotated Optional or tested `is None` by the launcher),"
+                                                " required: None on the default path (--variant NAME gives a tensor)"))
+            continue
         if unfilled:
             st.notes.append(f"'{p.name}' defaults to None, which the launcher passes to {st.kf.name} unreplaced"
                             f" (its callers fill it): given a value")
@@ -438,6 +462,12 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
                                 else "a flag: False (--variant NAME sets it)"))
         elif use == "eps":
             out.append(ValueArg(p.name, "1e-6", f"added under a root or division in {st.kf.name}: an epsilon"))
+        elif use == "sentinel":
+            out.append(ValueArg(p.name, "-100", f"compared for equality with loaded values in {st.kf.name}: a"
+                                                 " sentinel (an ignore index) no drawn value takes, -100"))
+        elif kparam in st.kf.arange_bounds and kparam in st.kf.constexprs:
+            out.append(ValueArg(p.name, "16", f"a tile size (tl.arange(0, {kparam}) in {st.kf.name}): 16, a power"
+                                               " of two"))
         elif use == "offset":
             out.append(ValueArg(p.name, "0.0", f"added to values in {st.kf.name}: an offset"))
         elif use == "scale" or "float" in p.annotation:

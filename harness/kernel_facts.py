@@ -42,14 +42,21 @@ class KernelFacts:
     index_tensors: dict[str, str]  # index parameter -> the pointer parameter its values offset
     skips_negative: frozenset[str]  # index parameters whose negative values the kernel skips
     arange_bounds: frozenset[str]  # parameters used as tl.arange(0, X) bounds (powers of two)
-    scalar_use: dict[str, str]  # non-pointer parameter -> "eps", "scale", "offset" or ""
+    scalar_use: dict[str, str]  # non-pointer parameter -> "eps", "scale", "offset", "sentinel" or ""
     loop_bounds: frozenset[str] = frozenset()  # parameters a loop runs to (sequence lengths)
-    splits: tuple[tuple[str, str, str], ...] = ()  # (root, root // X, root % X): an index split in two
+    splits: tuple[tuple[str, str, str, str], ...] = ()  # (root, root // X, root % X, X): an index split in two
     flags: dict[str, bool] = field(default_factory=dict)  # constexpr parameters tested by `if` -> their default
     # offsets parameter (cu_seqlens) -> the length parameter whose axis its values offset (T): a program
     # reads entries i and i + 1, a sequence's start and end in tensors packed along that axis
     offsets: dict[str, str] = field(default_factory=dict)
     packed: frozenset[str] = frozenset()  # pointer parameters addressed through those offsets
+    # parameters the kernel only moves (``q += off``) or never names: it reads and writes nothing through them
+    unread: frozenset[str] = frozenset()
+
+    @staticmethod
+    def bounded(dim: str) -> str:
+        """The root of an index over [0, dim), as a masked offset's."""
+        return _MASK_ROOT + dim
 
     @staticmethod
     def root_bound(root: str) -> str | None:
@@ -74,6 +81,8 @@ def _strip(node: ast.AST) -> ast.AST:
             node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
             node = node.func.value
+        elif isinstance(node, ast.Call) and _call_name(node) == "cast" and node.args:  # tl.cast(x, tl.int64)
+            node = node.args[0]
         else:
             return node
 
@@ -86,7 +95,7 @@ class _Assignments(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
-            self.ex._bind(target, node.value)
+            self.ex._bind(target, node.value, node.lineno)
         self.generic_visit(node)
 
     def visit_For(self, node: ast.For) -> None:
@@ -103,23 +112,32 @@ class _Assignments(ast.NodeVisitor):
 class _Expander:
     def __init__(self, fn: ast.FunctionDef, params: tuple[str, ...]):
         self.params = set(params)
-        self.defs: dict[str, list[ast.AST]] = {}  # name -> its assignments, in source order
+        self.defs: dict[str, list[tuple[int, ast.AST]]] = {}  # name -> (line, value) of its assignments, in order
         self.loops: dict[str, str] = {}  # loop index -> the parameter it runs to (or itself)
         self.roots: set[str] = set()
         _Assignments(self).visit(fn)
         self.masks: list[tuple[Poly, str]] = []
-        self._level: dict[str, int] = {}  # name -> which of its assignments is being expanded
+        self._at: int | None = None  # names resolve to their latest assignment above this line (None: any)
 
-    def _bind(self, target: ast.AST, value: ast.AST) -> None:
+    def _bind(self, target: ast.AST, value: ast.AST, line: int) -> None:
         if isinstance(target, ast.Name):
-            self.defs.setdefault(target.id, []).append(value)
+            self.defs.setdefault(target.id, []).append((line, value))
         elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
             for t, v in zip(target.elts, value.elts):
-                self._bind(t, v)
+                self._bind(t, v, line)
 
     def last(self, name: str) -> ast.AST | None:
         values = self.defs.get(name)
-        return values[-1] if values else None
+        return values[-1][1] if values else None
+
+    def at(self, node: ast.AST, line: int) -> Poly:
+        """``node``'s polynomial where it stands: each name is its latest assignment above ``line`` (the
+        value a pointer holds at a load on the first pass through a loop, not a later re-assignment)."""
+        outer, self._at = self._at, line
+        try:
+            return self.expand(node)
+        finally:
+            self._at = outer
 
     def root(self, name: str) -> Poly:
         self.roots.add(name)
@@ -135,19 +153,17 @@ class _Expander:
                 return Poly.atom(name)
             if name in self.loops:
                 return self.root(f"loop:{self.loops[name]}")
-            # the latest assignment; inside it (p = p + ...) a name means its assignment before
-            index = self._level.get(name, len(self.defs.get(name, ()))) - 1
-            if index >= 0:
-                outer = self._level.get(name)
-                self._level[name] = index
+            # the latest assignment above the line being read; inside it (p = p + ...) a name means
+            # its assignment before that one
+            above = [(line, value) for line, value in self.defs.get(name, ()) if self._at is None or line < self._at]
+            if above:
+                line, value = above[-1]
+                outer, self._at = self._at, line
                 try:
-                    poly = self._poly(self.defs[name][index])
+                    poly = self._poly(value)
                     return poly if poly is not None else self.root(name)
                 finally:
-                    if outer is None:
-                        self._level.pop(name)
-                    else:
-                        self._level[name] = outer
+                    self._at = outer
             return self.root(name)
         poly = self._poly(node)
         return poly if poly is not None else self.root(ast.unparse(node))
@@ -198,8 +214,8 @@ class _Expander:
             poly = poly + self.root(_MASK_ROOT + bound) * self.expand(stride)
         return poly
 
-    def base_of(self, node: ast.AST) -> str | None:
-        poly = self.expand(node)
+    def base_of(self, node: ast.AST, line: int | None = None) -> str | None:
+        poly = self.expand(node) if line is None else self.at(node, line)
         bases = [m[0] for m, c in poly.terms if len(m) == 1 and c == 1 and m[0] in self.params]
         return bases[0] if len(bases) == 1 else None
 
@@ -273,7 +289,7 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     for node in ast.walk(fn):
         name = _call_name(node)
         if name in ("load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg") and node.args:
-            base = ex.base_of(node.args[0])
+            base = ex.base_of(node.args[0], node.lineno)
             if base:
                 (loads if name == "load" else stores).setdefault(base, []).append(node)
                 if name.startswith("atomic"):
@@ -283,7 +299,7 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Lt, ast.GtE)):
             right = node.comparators[0]
             if isinstance(right, ast.Constant) and right.value == 0:
-                for root in ex.expand(node.left).terms:
+                for root in ex.at(node.left, node.lineno).terms:
                     for f in root[0]:
                         src = KernelFacts.loaded_from(f)
                         if src:
@@ -297,14 +313,15 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     packed: set[str] = set()
     for param in sorted(set(loads) | set(stores)):
         calls = loads.get(param, []) + stores.get(param, [])
-        address = ex.masked(ex.expand(calls[0].args[0]) - Poly.atom(param) + _loop_steps(fn, param, ex))
+        address = ex.masked(_reverse_walks(ex.at(calls[0].args[0], calls[0].lineno) - Poly.atom(param)
+                                           + _loop_steps(fn, param, ex)))
         for src, start in starts.items():
             unpacked, length = _unpack(address, _LOAD_ROOT + src, start)
             if length:
                 address, offsets[src] = unpacked, length
                 packed.add(param)
         if all(not m for m, _ in address.terms):  # fixed elements (w[0], w[1], w[2]): the last one read
-            offsets = [ex.expand(c.args[0]) - Poly.atom(param) for c in calls]
+            offsets = [ex.at(c.args[0], c.lineno) - Poly.atom(param) for c in calls]
             if all(all(not m for m, _ in o.terms) for o in offsets):
                 address = Poly.const(max(sum(c for _, c in o.terms) for o in offsets))
         regime = transforms.get(param) or _regime(fn, param, ex)
@@ -314,7 +331,8 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                 src = KernelFacts.loaded_from(f)
                 if src and src != param:
                     index_of[src] = param
-    scalars = {p: _scalar_use(fn, p) for p in params if p not in pointers and p not in constexprs}
+    loaded_values = set().union(*(_loaded_names(fn, q, ex) for q in loads)) if loads else set()
+    scalars = {p: _scalar_use(fn, p, loaded_values) for p in params if p not in pointers and p not in constexprs}
     bounds = set()
     for loop in ast.walk(fn):
         if isinstance(loop, ast.For) and _call_name(loop.iter) == "range" and loop.iter.args:
@@ -323,7 +341,16 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                 bounds.add(stop.id)
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
-                       _tested_flags(whole, constexprs), offsets, frozenset(packed))
+                       _tested_flags(whole, constexprs), offsets, frozenset(packed),
+                       frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)))
+
+
+def _unread(fn: ast.FunctionDef, param: str) -> bool:
+    """``param`` is named in the body only as the target of ``param += ...``: an offset applied to a pointer
+    the kernel then never loads, stores or passes on."""
+    moved = {id(n.target) for n in ast.walk(fn) if isinstance(n, ast.AugAssign)}
+    names = [n for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == param]
+    return bool(names) and all(id(n) in moved for n in names)
 
 
 def _offset_starts(loads: dict[str, list[ast.Call]], ex: _Expander) -> dict[str, Poly]:
@@ -331,7 +358,7 @@ def _offset_starts(loads: dict[str, list[ast.Call]], ex: _Expander) -> dict[str,
     ``bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)``) -> the index ``i``."""
     out = {}
     for param, calls in loads.items():
-        places = [ex.expand(c.args[0]) - Poly.atom(param) for c in calls if c.args]
+        places = [ex.at(c.args[0], c.lineno) - Poly.atom(param) for c in calls if c.args]
         scalar = [p for p in places if not any(f.startswith(("arange(", _MASK_ROOT)) for m, _ in p.terms for f in m)]
         for a in scalar:
             if any(b - a == Poly.const(1) for b in scalar) and a.terms:
@@ -381,29 +408,30 @@ def _tested_flags(fn: ast.FunctionDef, constexprs: frozenset[str]) -> dict[str, 
     return {name: bool(getattr(defaults.get(name), "value", False)) for name in sorted(tested)}
 
 
-def _splits(ex: _Expander) -> tuple[tuple[str, str, str], ...]:
-    """``a = r // X`` and ``b = r % X`` (the same r and X): r spans a's dims then b's."""
+def _splits(ex: _Expander) -> tuple[tuple[str, str, str, str], ...]:
+    """``a = r // X`` and ``b = r % X`` (the same r and X): r spans a's dims then b's (X a name)."""
     div, mod = {}, {}
     for name in ex.defs:
         value = _strip(ex.last(name))
         if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.FloorDiv, ast.Mod)):
             whole = ex.expand(value.left)
             if len(whole.terms) == 1 and len(whole.terms[0][0]) == 1 and whole.terms[0][1] == 1:
-                key = (whole.terms[0][0][0], ast.dump(_strip(value.right)))
+                key = (whole.terms[0][0][0], ast.unparse(_strip(value.right)))
                 (div if isinstance(value.op, ast.FloorDiv) else mod)[key] = name
-    return tuple((key[0], div[key], mod[key]) for key in div if key in mod)
+    return tuple((key[0], div[key], mod[key], key[1]) for key in div if key in mod)
 
 
 def _loop_steps(fn: ast.FunctionDef, param: str, ex: _Expander) -> Poly:
-    """``p += STEP`` in ``for _ in range(..., T)`` on a pointer into ``param``: the term loop:T * STEP
-    (the loop walks a dim of stride STEP). Counted once per pointer variable."""
+    """``p += STEP`` (or ``p -= STEP``, ``p = p + STEP``) in ``for _ in range(..., T)`` on a pointer into
+    ``param``: the term loop:T * STEP (the loop walks a dim of stride STEP; backwards for ``-=``).
+    Counted once per pointer variable."""
     out = Poly()
     seen: set[str] = set()
     in_loops = {id(n) for loop in ast.walk(fn) if isinstance(loop, ast.For) for n in ast.walk(loop)}
     for node in ast.walk(fn):  # the parameter itself moved once (a_ptr += row * stride)
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name) \
                 and node.target.id == param and id(node) not in in_loops:
-            out = out + ex.expand(node.value)
+            out = out + ex.at(node.value, node.lineno)
     for loop in ast.walk(fn):
         if not (isinstance(loop, ast.For) and _call_name(loop.iter) == "range" and loop.iter.args):
             continue
@@ -411,13 +439,49 @@ def _loop_steps(fn: ast.FunctionDef, param: str, ex: _Expander) -> Poly:
         if not (isinstance(stop, ast.Name) and stop.id in ex.params):
             continue
         for node in ast.walk(loop):
-            if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
-                var = node.target.id
-                if var in seen or (var != param and (var not in ex.defs or ex.base_of(ast.Name(id=var)) != param)):
-                    continue
-                seen.add(var)
-                out = out + Poly.atom(f"loop:{stop.id}") * ex.expand(node.value)
+            step = _step(node)
+            if step is None:
+                continue
+            var, sign, value = step
+            if var in seen or (var != param and (var not in ex.defs or ex.base_of(ast.Name(id=var), node.lineno) != param)):
+                continue
+            seen.add(var)
+            out = out + Poly.const(sign) * Poly.atom(f"loop:{stop.id}") * ex.at(value, node.lineno)
     return out
+
+
+def _step(node: ast.AST) -> tuple[str, int, ast.AST] | None:
+    """A pointer variable moved by a step: ``p += s`` / ``p -= s`` / ``p = p + s`` / ``p = p - s``
+    -> (p, +1 or -1, s)."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and isinstance(node.target, ast.Name):
+        return node.target.id, 1 if isinstance(node.op, ast.Add) else -1, node.value
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        value = node.value
+        if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Sub)) \
+                and isinstance(value.left, ast.Name) and value.left.id == node.targets[0].id:
+            return value.left.id, 1 if isinstance(value.op, ast.Add) else -1, value.right
+    return None
+
+
+def _reverse_walks(address: Poly) -> Poly:
+    """A loop walking a dim backwards from its end (``p = x + (T - 1) * S``, then ``p -= S`` per step of
+    ``range(T)``: ``S*T - S - S*loop:T``) covers the same elements as one walking it forwards: ``S*loop:T``."""
+    terms = address.as_dict()
+    for m, c in list(terms.items()):
+        if c >= 0 or m not in terms:
+            continue
+        loops = [f for f in m if f.startswith("loop:")]
+        if len(loops) != 1:
+            continue
+        rest = list(m)
+        rest.remove(loops[0])
+        stride = tuple(sorted(rest))
+        end = tuple(sorted((*rest, loops[0][5:])))
+        if terms.get(end) == -c and terms.get(stride) == c:
+            for key in (m, end, stride):
+                terms.pop(key)
+            terms[m] = -c
+    return Poly.of({k: v for k, v in terms.items() if v})
 
 
 def _collect_masks(fn: ast.FunctionDef, ex: _Expander, params: tuple[str, ...]) -> None:
@@ -427,7 +491,7 @@ def _collect_masks(fn: ast.FunctionDef, ex: _Expander, params: tuple[str, ...]) 
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt):
             bound = _strip(node.comparators[0])
             if isinstance(bound, ast.Name) and bound.id in params:
-                poly = ex.expand(node.left)
+                poly = ex.at(node.left, node.lineno)
                 if any(f.startswith("arange(") for m, _ in poly.terms for f in m):
                     key = (poly, bound.id)
                     if key not in seen:
@@ -508,9 +572,16 @@ def _regime(fn: ast.FunctionDef, param: str, ex: _Expander) -> str:
     return ""
 
 
-def _scalar_use(fn: ast.FunctionDef, param: str) -> str:
+def _scalar_use(fn: ast.FunctionDef, param: str, loaded: set[str] = frozenset()) -> str:
     """How a scalar argument enters the arithmetic: added under a root/division ("eps"), a factor
-    ("scale"), a term ("offset")."""
+    ("scale"), a term ("offset"), or compared for equality with loaded values ("sentinel": an index
+    value such as an ignore_index that marks entries to skip)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            sides = [_strip(node.left), _strip(node.comparators[0])]
+            if any(isinstance(x, ast.Name) and x.id == param for x in sides) \
+                    and any(isinstance(x, ast.Name) and x.id in loaded for x in sides):
+                return "sentinel"
     for node in ast.walk(fn):
         if _call_name(node) in ("maximum", "clamp") and any(isinstance(_strip(a), ast.Name) and _strip(a).id == param
                                                            for a in node.args[1:]):

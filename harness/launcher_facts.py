@@ -54,10 +54,12 @@ class LauncherFacts:
     aliases: dict[str, str] = field(default_factory=dict)  # local -> param it renames (h0 = initial_state)
     used_as_tensor: set[str] = field(default_factory=set)
     conditions: set[str] = field(default_factory=set)  # params tested by `if p:` / `p or ...`
+    none_tested: set[str] = field(default_factory=set)  # params compared with None (`x is None`): may be None
     dim_alias: dict[str, str] = field(default_factory=dict)  # local -> the dim it equals on the default path
     flat: set[str] = field(default_factory=set)  # dims that are a flat tensor's numel
     view_of: dict[str, str] = field(default_factory=dict)  # local view -> the parameter it views
     gates: set[str] = field(default_factory=set)
+    grid_fns: dict[str, ast.AST] = field(default_factory=dict)  # nested grid function -> the tuple it returns
     required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
     exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
 
@@ -180,6 +182,11 @@ class _Reader(ast.NodeVisitor):
                 self.f.ranks.setdefault(tensor, 1)
                 self.f.flat.add(target.id)
                 return
+            flat = _numel_over(value)
+            if flat and flat[1] in self.f.dims and self.f.axes.get(flat[0], {}).get(-1) == flat[1] \
+                    and 0 not in self.f.axes.get(flat[0], {}):
+                self._dim(target.id, flat[0], 0)  # T = g.numel() // H of g [..., H]: g taken as [T, H]
+                return
             if src and src[1] is None:
                 self.shapes[target.id] = src[0]
             elif src and isinstance(src[1], int):
@@ -294,6 +301,13 @@ class _Reader(ast.NodeVisitor):
             self._check(node.test, False)
         self.generic_visit(node)
 
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and isinstance(node.left, ast.Name) \
+                and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None \
+                and self.f.param(node.left.id):
+            self.f.none_tested.add(node.left.id)
+        self.generic_visit(node)
+
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
         for v in node.values:
             if isinstance(v, ast.Name):
@@ -375,8 +389,20 @@ class _Reader(ast.NodeVisitor):
     def _bind(self, call: ast.Call) -> dict[str, ast.AST]:
         params = self.kernels[call.func.value.id]
         out = {p: a for p, a in zip(params, call.args) if not isinstance(a, ast.Starred)}
-        out.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
+        for kw in call.keywords:
+            if kw.arg:
+                out[kw.arg] = kw.value
+            elif isinstance(kw.value, ast.Name):  # **kwargs of a local dict(a=x, ...) or {"a": x, ...}
+                out.update(_dict_items(self.f.exprs.get(kw.value.id)))
         return out
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        """A nested function (``def grid(meta): return (cdiv(T, meta["BT"]), N * H)``): what it returns is
+        kept, as a grid a launch may name (and its body read as before)."""
+        returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and n.value is not None]
+        if len(returns) == 1:
+            self.f.grid_fns[node.name] = returns[0]
+        self.generic_visit(node)
 
     def visit_Return(self, node: ast.Return) -> None:
         if node.value is not None:
@@ -391,6 +417,23 @@ def _view_of(value: ast.AST) -> str | None:
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEWS:
         inner = value.func.value
         return inner.id if isinstance(inner, ast.Name) else _view_of(inner)
+    return None
+
+
+def _dict_items(node: ast.AST | None) -> dict[str, ast.AST]:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    if isinstance(node, ast.Dict):
+        return {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return {}
+
+
+def _numel_over(value: ast.AST) -> tuple[str, str] | None:
+    """``x.numel() // D`` -> (x, D): the rows of x taken as [rows, D]."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) and isinstance(value.right, ast.Name) \
+            and isinstance(value.left, ast.Call) and isinstance(value.left.func, ast.Attribute) \
+            and value.left.func.attr == "numel" and isinstance(value.left.func.value, ast.Name):
+        return value.left.func.value.id, value.right.id
     return None
 
 
@@ -422,3 +465,37 @@ def module_values(tree: ast.Module) -> dict[str, object]:
                     out[node.targets[0].id] = {ast.literal_eval(k): None for k in node.value.keys
                                                if isinstance(k, ast.Constant)}
     return out
+
+
+def grid_extents(lf: LauncherFacts, launch: Launch) -> tuple[tuple[str, ...] | None, ...]:
+    """Each grid axis of ``launch`` as the product of launcher dims it spans (``(NV, N * H)`` ->
+    ``(None, ("H", "N"))`` when NV is no dim), or None where it is not a product of dims (a tile count
+    such as ``cdiv(T, BT)``). A grid named by a local tuple, a lambda or a nested ``def grid(meta)``
+    is read through its name."""
+    try:
+        node = ast.parse(launch.grid, mode="eval").body
+    except SyntaxError:
+        return ()
+    for _ in range(3):
+        if isinstance(node, ast.Name) and node.id in lf.grid_fns:
+            node = lf.grid_fns[node.id]
+        elif isinstance(node, ast.Name) and node.id in lf.exprs:
+            node = lf.exprs[node.id]
+        elif isinstance(node, ast.Lambda):
+            node = node.body
+        else:
+            break
+    axes = node.elts if isinstance(node, ast.Tuple) else [node]
+    return tuple(_dim_product(lf, axis) for axis in axes)
+
+
+def _dim_product(lf: LauncherFacts, node: ast.AST) -> tuple[str, ...] | None:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        a, b = _dim_product(lf, node.left), _dim_product(lf, node.right)
+        return None if a is None or b is None else tuple(sorted(a + b))
+    if isinstance(node, ast.Constant) and node.value == 1:
+        return ()
+    if isinstance(node, ast.Name):
+        name = lf.dim_alias.get(node.id, node.id)
+        return (name,) if name in lf.dims else None
+    return None

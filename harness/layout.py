@@ -12,7 +12,10 @@ from skel.harness.poly import Poly
 from skel.harness.state import POOL, HarnessError, State
 
 
-def read_shapes(st: State, tensors: list[str], path: Path) -> None:
+
+def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] = ()) -> None:
+    """Each tensor's shape into ``st.shapes``; a tensor the judged kernel does not index is read off the
+    first of the launcher's ``others`` kernels that does, in that kernel's own names."""
     lf = st.lf
     for t, axes in lf.axes.items():
         rank = lf.ranks.get(t)
@@ -44,6 +47,14 @@ def read_shapes(st: State, tensors: list[str], path: Path) -> None:
         if t in st.shapes:
             continue
         shape = _layout_shape(st, t, polys, known)
+        for other in others if shape is None and t not in polys else ():
+            other.notes = st.notes  # what it finds is this inference's note
+            shape = _layout_shape(other, t, _launcher_polys(other, known), known)
+            if shape is not None:
+                break
+        if shape is None and t not in polys and _unread(t, st, others) and t not in lf.axes:
+            shape = ("1",)  # never dereferenced by a kernel launched: any tensor will do
+            st.notes.append(f"'{t}' [1]: passed to {st.kf.name} but never loaded, stored or passed on there")
         if shape is None:
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
@@ -52,6 +63,12 @@ def read_shapes(st: State, tensors: list[str], path: Path) -> None:
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)
+
+
+def _unread(tensor: str, st: State, others: list[State]) -> bool:
+    """Every kernel parameter ``tensor`` is bound to, in every launch read, is one its kernel never reads."""
+    uses = [(s, k) for s in (st, *others) for k, e in s.binding.items() if st.lf.aliases.get(e, e) == tensor]
+    return bool(uses) and all(k in s.kf.unread for s, k in uses)
 
 
 def alloc_shape(items: list, st: State, known: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
@@ -78,14 +95,42 @@ def _launcher_polys(st: State, known: dict[str, tuple[str, ...]]) -> dict[str, P
     for kparam, expr in st.binding.items():
         rename[kparam] = expr
     polys: dict[str, Poly] = {}
+    spans = grid_roots(st)
     for kparam, use in st.kf.pointers.items():
         expr = st.binding.get(kparam)
         target = st.lf.aliases.get(expr, expr) if expr else None
         if target is None or use.address is None:
             continue
-        poly = use.address.rename({r: _rename_root(r, rename) for m, _ in use.address.terms for r in m})
+        poly = use.address.rename({r: spans.get(r) or _rename_root(r, rename) for m, _ in use.address.terms for r in m})
         polys.setdefault(target, _expand_strides(poly, known, st.lf.aliases))
     return polys
+
+
+def grid_roots(st: State) -> dict[str, str]:
+    """Program ids over a grid axis of one launcher dim (``grid = (cdiv(T, BT), H)``: pid1 spans [0, H)),
+    and the parts of one split over an axis of two (``i_n, i_h = pid // H, pid % H`` on an axis of
+    ``N * H``: [0, N) and [0, H)), as bounded roots ``mask<DIM`` like a masked offset."""
+    return {root: KernelFacts.bounded(dims[0]) for root, dims in grid_spans(st).items() if len(dims) == 1}
+
+
+def grid_spans(st: State) -> dict[str, tuple[str, ...]]:
+    """Roots over launcher dims, outermost first: a program id over one dim, the parts of its split, and
+    a split program id over both parts' dims (``pid`` over ``N * H`` split by H: ("N", "H"))."""
+    out: dict[str, tuple[str, ...]] = {}
+    for axis, extent in enumerate(st.grid):
+        if extent and len(extent) == 1:
+            out[f"pid{axis}"] = extent
+    for whole, high, low, divisor in st.kf.splits:
+        if not whole.startswith("pid") or not whole[3:].isdigit() or int(whole[3:]) >= len(st.grid):
+            continue
+        extent = list(st.grid[int(whole[3:])] or ())
+        div = st.binding.get(divisor, divisor)
+        div = st.lf.dim_alias.get(div, div)
+        if div in extent:
+            extent.remove(div)
+            if len(extent) == 1:
+                out[high], out[low], out[whole] = (extent[0],), (div,), (extent[0], div)
+    return out
 
 
 def _rename_root(factor: str, rename: dict[str, str]) -> str:
@@ -143,6 +188,10 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         size = str(sum(c for _, c in poly.terms) + 1)
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
         return (size,)
+    own_axes = _own_strides(tensor, poly, dims)
+    if own_axes:
+        st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
+        return own_axes
     own = f"{tensor}.stride("  # the tensor's own stride: whatever its inner dims make it
     lead = [m for m, _ in poly.terms if any(f.startswith(own) for f in m)]
     inner = Poly.of({m: c for m, c in poly.terms if not any(f.startswith(own) for f in m)})
@@ -171,6 +220,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     if not terms or sum(terms[0][0].values()) or any(not roots for _, roots in terms):
         return None
     shape: list[str] = []
+    grid = grid_spans(st)
     for k, (stride, roots) in enumerate(terms):
         outer = k == len(terms) - 1
         bound = KernelFacts.root_bound(roots[0]) if len(roots) == 1 else None
@@ -181,6 +231,10 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
             part = [bound]
         elif span:
             part = list(span)
+        elif bound and bound in dims:  # an index over [0, DIM) (a masked offset, a program id over DIM)
+            part = [bound]
+        elif len(roots) == 1 and roots[0] in grid:  # a program id over a grid axis of several dims
+            part = list(grid[roots[0]])
         elif not outer:
             extra = terms[k + 1][0] - stride
             if stride - terms[k + 1][0] or sum(extra.values()) != 1:
@@ -197,13 +251,35 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     return tuple(shape)
 
 
+def _own_strides(tensor: str, poly: Poly, dims: set[str]) -> tuple[str, ...] | None:
+    """``x.stride(0)*mask<B + x.stride(1)*mask<T + x.stride(2)*mask<H`` (each axis i indexed over a dim
+    through ``x.stride(i)``, the last perhaps with stride 1): [B, T, H]."""
+    numbered: dict[int, str] = {}
+    last: list[str] = []  # the unit-stride axis, if any
+    own = f"{tensor}.stride("
+    for m, c in poly.terms:
+        bounds = [b for b in map(KernelFacts.root_bound, m) if b is not None]
+        strides = [f[len(own):-1] for f in m if f.startswith(own)]
+        if c != 1 or len(bounds) != 1 or bounds[0] not in dims or len(m) != 1 + len(strides) or len(strides) > 1:
+            return None
+        if not strides:
+            last.append(bounds[0])
+        elif strides[0].isdigit() and int(strides[0]) not in numbered:
+            numbered[int(strides[0])] = bounds[0]
+        else:
+            return None
+    if not numbered or len(last) > 1 or sorted(numbered) != list(range(len(numbered))):
+        return None
+    return tuple(numbered[i] for i in range(len(numbered))) + tuple(last)
+
+
 def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: dict[str, Poly],
           known: dict[str, tuple[str, ...]], dims: set[str]) -> tuple[str, ...] | None:
     """The dims an index spans in a tensor of known shape that the kernel indexes with it: the axis
     whose stride it carries there (and, for an outermost index, every axis before it). An index the
     kernel splits (``i_n = r // H``, ``i_h = r % H``) spans its parts' dims."""
     if len(roots) == 1:
-        for whole, high, low in st.kf.splits:
+        for whole, high, low, _ in st.kf.splits:
             if _rename_root(whole, st.binding) == roots[0]:
                 a = _span(st, tensor, (high,), outer, polys, known, dims)
                 b = _span(st, tensor, (low,), False, polys, known, dims)

@@ -21,6 +21,7 @@ class State:
     binding: dict[str, str]  # kernel param -> launcher name/expression
     shapes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    grid: tuple[tuple[str, ...] | None, ...] = ()  # each grid axis as the launcher dims it spans (None: not dims)
 
 
 

@@ -49,6 +49,7 @@ class _Kernel:
     fragment: bool  # recovered by re-parsing the kernel alone
     truncated: int = 0  # closing braces missing at the end of the file (added for parsing)
     kind: str = "kernel"  # kernel | device-function (a __device__ helper, profiled for its callers)
+    owner: str = ""  # the struct or class a helper is a member function of (its name becomes owner::name)
 
 
 def profile_file(path: str) -> list[KernelProfile]:
@@ -104,13 +105,20 @@ def read_source(text: str, path: str) -> CudaFile:
     nul = text.find("\x00")
     if nul >= 0:
         raise ValueError(f"{path}:{text.count(chr(10), 0, nul) + 1}: binary file (NUL byte)")
-    if "__global__" not in text and "_GLOBAL" not in text:
+    if "__global__" not in text and "_GLOBAL" not in text and "__device__" not in text:
         return CudaFile(path)
     san = _sanitized(text)
     wanted = _global_offsets(san.code)
-    if not wanted:
-        return CudaFile(path)
     src = san.text.encode("utf-8")
+    if not wanted:  # a header of helpers only: they are profiled for the kernels of other files
+        if "__device__" not in san.code:
+            return CudaFile(path)
+        root = _parser().parse(src).root_node
+        helpers = tuple(_Kernel(n, t, False, kind="device-function", owner=o) for n, t, o in _device_helpers(root, src))
+        if not helpers:
+            return CudaFile(path)
+        return CudaFile(path, helpers, san.code.encode("utf-8"), san.text.count("\n") + 1, {},
+                        _device_functions(root), ())
     root = _parser().parse(src).root_node
     kernels = [_Kernel(n, t, False) for n, t in _find_kernels(root)]
     device_fns = _device_functions(root)
@@ -135,7 +143,7 @@ def read_source(text: str, path: str) -> CudaFile:
         file_notes.append("macros stripped or mapped: " + ", ".join(san.stripped))
     if failed:
         file_notes.append("kernels at lines " + ", ".join(map(str, failed)) + " not parsed")
-    kernels += [_Kernel(n, t, False, kind="device-function") for n, t in _device_helpers(root, src)]
+    kernels += [_Kernel(n, t, False, kind="device-function", owner=o) for n, t, o in _device_helpers(root, src)]
     kernels.sort(key=lambda k: k.node.start_byte)
     code_bytes = san.code.encode("utf-8")
     last_line = san.text.count("\n") + 1
@@ -212,22 +220,34 @@ def _device_functions(root) -> dict[str, int]:
 _HELPER_WORK = re.compile(rb"shfl|reduce|sqrt|exp")
 
 
+_RECORDS = ("struct_specifier", "class_specifier")
+
+
 def _device_helpers(root, src: bytes) -> list:
-    """(function_definition, template|None) for ``__device__`` (not ``__global__``) functions with
-    a body doing such work: their findings count for the kernels of the file that call them."""
+    """(function_definition, template|None, owner) for ``__device__`` (not ``__global__``) functions
+    with a body doing such work: their findings count for the kernels that call them (in this file:
+    miner/interproc.py; from other files or as members: miner/crossfile.py). ``owner`` names the
+    struct or class whose body defines the function ("" for a free function)."""
     out = []
-    stack = [root]
+    stack = [(root, "")]
     while stack:
-        n = stack.pop()
+        n, owner = stack.pop()
         if n.type == "function_definition":
             kinds = {c.type for c in n.children}
             body = n.child_by_field_name("body")
             if "__device__" in kinds and "__global__" not in kinds and body is not None \
                     and _HELPER_WORK.search(src[body.start_byte:body.end_byte]):
                 parent = n.parent
-                out.append((n, parent if parent is not None and parent.type == "template_declaration" else None))
+                out.append((n, parent if parent is not None and parent.type == "template_declaration" else None,
+                            owner))
             continue
-        stack.extend(n.children)
+        if n.type in _RECORDS:
+            name = n.child_by_field_name("name")
+            if name is not None:
+                if name.type == "template_type":  # a partial specialization: struct S<T, 1> { ... }
+                    name = name.child_by_field_name("name") or name
+                owner = text_of(name)
+        stack.extend((c, owner) for c in n.children)
     return out
 
 
@@ -379,6 +399,8 @@ def _profile(k: _Kernel, path: str, code_bytes: bytes, last_line: int, launches,
              file_notes) -> KernelProfile:
     fn = k.node
     name = _function_name(fn) or "?"
+    if k.owner and "::" not in name:
+        name = f"{k.owner}::{name}"
     short = name.split("::")[-1]
     tparams, fparams = _params(fn, k.template)
     head = k.template if k.template is not None else fn

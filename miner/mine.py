@@ -16,7 +16,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from skel.catalog.records import KernelProfile, StoredFile
@@ -31,7 +31,9 @@ from skel.procs import die_with_parent
 
 POOL_MIN_FILES = 8  # below this a process pool costs more than it saves
 MIN_PART_KERNELS = 100  # a file is shared with forked children only with this many kernels a part
-_MARKERS = {"triton": (b"triton", b"jit"), "cuda": (b"__global__",)}
+# a file is parsed when it holds every marker of one group: Triton kernels; CUDA kernels, or CUDA
+# helpers (a header of __device__ functions, whose findings count for the kernels of other files)
+_MARKERS = {"triton": ((b"triton", b"jit"),), "cuda": ((b"__global__",), (b"__device__",))}
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,7 @@ def prepare(cand: Candidate, max_bytes: int | None = None) -> _Prepared:
             decode(data, cand.language, path)
         except UnreadableSource as exc:
             return _err(prep, exc.entry)
-    if not all(m in data for m in _MARKERS[cand.language]):
+    if not any(all(m in data for m in group) for group in _MARKERS[cand.language]):
         prep.outcome = FileOutcome(path, "skipped")
         prep.forget = True
         return prep
@@ -373,7 +375,32 @@ def _mine_candidates(cands, cat: Catalog, jobs, force, max_bytes, progress, exec
     if todo:
         with _one_library():  # only when something is parsed: a warm run never loads the library
             _record(cat, todo, jobs, executor, on_tally, finished)
+    _link_files(cat, [p for p in unchanged + todo if p.cand.language == "cuda"], outcomes)
     return [outcomes[c.path] for c in cands]
+
+
+def _link_files(cat: Catalog, preps: list[_Prepared], outcomes: dict[str, FileOutcome]) -> None:
+    """The cross-file pass (``crossfile.attribute``) over the run's CUDA files, parsed or unchanged:
+    a helper's findings copied to the kernels of other files that reach it. It runs on the findings
+    each file has on its own (copies from an earlier run dropped), so a changed header changes its
+    includers' copies even when they are unchanged; a file whose copies changed is recorded again."""
+    from skel.miner.crossfile import SourceFile, attribute, own_findings
+
+    files = [SourceFile(p.cand.path, p.text, own_findings(outcomes[p.cand.path].findings))
+             for p in preps if p.text is not None and outcomes.get(p.cand.path) is not None
+             and outcomes[p.cand.path].status in ("parsed", "cached")]
+    if not files:
+        return
+    extra = attribute(files)
+    for f in files:
+        o = outcomes[f.path]
+        findings = tuple(sorted(f.findings + tuple(extra.get(f.path, ())), key=lambda x: (x.line, x.skeleton, x.kind)))
+        if set(findings) == set(o.findings):
+            continue
+        source = cat.source(f.path)
+        if source is not None:
+            cat.record_file(source, cat.profiles(f.path), findings)
+        outcomes[f.path] = replace(o, findings=findings)
 
 
 def _record(cat: Catalog, todo: list[_Prepared], jobs, executor, on_tally, finished) -> None:

@@ -436,12 +436,13 @@ def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOu
             library: Library, rewrite_options: RewriteOptions, options: ApplyOptions,
             precision_only: frozenset, skipped: list, batch: str = "N") -> list[tuple[Candidate, str]]:
     """New candidates for the second round, each with the winner it was built on: the structural skeletons
-    composed on top of each bucket's first-round winner, with the winner's own variants (candidates.refine).
-    A winner with no new composition, or whose composition was already judged, is said in ``skipped``."""
+    composed on top of each bucket's first-round leader and of every candidate within run-off distance of it
+    (select.contenders), with that candidate's own variants (candidates.refine). A contender with no new
+    composition, or whose composition was already judged, is said in ``skipped``."""
     from skel.pipeline.candidates import refine
-    from skel.pipeline.select import choose_winners
+    from skel.pipeline.select import contenders
 
-    winners, _ = choose_winners(outcomes, True, precision_only, batch=batch)
+    winners = contenders(outcomes, True, precision_only, batch=batch)
     by_label = {c.label: c for c in candidates}
     judged = {c.source for c in candidates}
     buckets: dict[str, list[str]] = {}
@@ -458,7 +459,7 @@ def _refine(source: str, candidates: list[Candidate], outcomes: list[CandidateOu
             skipped.append((cand.skeletons, f"second round on {label}: {cand.label} was judged in the first round"))
         else:
             judged.add(cand.source)
-            out.append((cand, f"{label}, the first round's winner for {', '.join(won)}"))
+            out.append((cand, f"{label}, a first-round leader or contender for {', '.join(won)}"))
     return out
 
 

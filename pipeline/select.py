@@ -102,6 +102,45 @@ def more_accurate(outcome) -> str | None:
     return None if worst is None else f"accepted on accuracy: error against float64 at least {worst:.0f}x lower than the original's"
 
 
+def _ranked(outcomes: list, batch: str) -> dict[str, list[tuple[float, object]]]:
+    """bucket -> [(geometric-mean speedup, outcome)], fastest first, over the candidates faster at some
+    shape of the bucket and slower at none."""
+    per_bucket: dict[str, list[tuple[float, object]]] = {}
+    for o in outcomes:
+        if not o.numerics_passed or not o.gate:
+            continue
+        buckets: dict[str, list[dict]] = {}
+        for s in o.gate["shapes"]:
+            buckets.setdefault(bucket_of(s["shape"], batch), []).append(s)
+        for bucket, shapes in buckets.items():
+            perfs = [s.get("perf") for s in shapes]
+            if any(p is None for p in perfs):
+                continue
+            if any(p["verdict"] == "slower" for p in perfs) or not any(p["verdict"] == "faster" for p in perfs):
+                continue
+            geo = math.exp(sum(math.log(max(p["speedup"], 1e-9)) for p in perfs) / len(perfs))
+            per_bucket.setdefault(bucket, []).append((geo, o))
+    return {b: sorted(r, key=lambda t: -t[0]) for b, r in per_bucket.items()}
+
+
+def _close(ranked: list[tuple[float, object]]) -> list[tuple[float, object]]:
+    """The challengers a bucket's leader meets in a run-off: within RUNOFF_WITHIN of it."""
+    return [(g, o) for g, o in ranked[1:] if g >= ranked[0][0] / (1 + RUNOFF_WITHIN)][:MAX_CHALLENGERS]
+
+
+def contenders(outcomes: list, perf_measured: bool, precision_only: frozenset = frozenset(),
+               batch: str = BATCH_DIM) -> list[tuple[str, object]]:
+    """[(bucket, outcome)]: each bucket's leader and the candidates the first round cannot yet tell from it
+    (those a run-off would meet). The second round builds on each: the one a composition lifts may not be
+    the leader by point estimate."""
+    if not perf_measured:
+        return []
+    if any(o.label in precision_only for o in outcomes):
+        return choose_winners(outcomes, perf_measured, precision_only, batch=batch)[0]
+    return [(bucket, o) for bucket, ranked in sorted(_ranked(outcomes, batch).items())
+            for _, o in ranked[:1] + _close(ranked)]
+
+
 def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozenset = frozenset(),
                    runoff: Callable[[str, object, object, list[str]], Runoff] | None = None,
                    runoffs: list | None = None, batch: str = BATCH_DIM) -> tuple[list, list]:
@@ -122,28 +161,14 @@ def choose_winners(outcomes: list, perf_measured: bool, precision_only: frozense
         updated = [dataclasses.replace(o, accepted=True, reason=f"{accurate[o.label]}; {o.reason}") if o is best else o
                    for o in outcomes]
         return [(b, best) for b in buckets], updated
-    per_bucket: dict[str, list[tuple[float, object]]] = {}
-    for o in outcomes:
-        if not o.numerics_passed or not o.gate:
-            continue
-        buckets: dict[str, list[dict]] = {}
-        for s in o.gate["shapes"]:
-            buckets.setdefault(bucket_of(s["shape"], batch), []).append(s)
-        for bucket, shapes in buckets.items():
-            perfs = [s.get("perf") for s in shapes]
-            if any(p is None for p in perfs):
-                continue
-            if any(p["verdict"] == "slower" for p in perfs) or not any(p["verdict"] == "faster" for p in perfs):
-                continue
-            geo = math.exp(sum(math.log(max(p["speedup"], 1e-9)) for p in perfs) / len(perfs))
-            per_bucket.setdefault(bucket, []).append((geo, o))
+    per_bucket = _ranked(outcomes, batch)
     winners = []
     won: dict[str, list[str]] = {}
     for bucket in sorted(per_bucket):
-        ranked = sorted(per_bucket[bucket], key=lambda t: -t[0])
+        ranked = per_bucket[bucket]
         geo, best = ranked[0]
         how = ""
-        close = [(g, o) for g, o in ranked[1:] if g >= geo / (1 + RUNOFF_WITHIN)][:MAX_CHALLENGERS]
+        close = _close(ranked)
         if runoff is not None and close:
             shapes = [s["shape"] for s in best.gate["shapes"] if bucket_of(s["shape"], batch) == bucket]
             for challenger_geo, challenger in close:

@@ -75,6 +75,10 @@ class Rule:
     # it (miner/interproc.py). False: they need the kernel's grid, launch or launcher, which a
     # helper does not have; the rule is judged on the kernels only.
     HELPERS: ClassVar[bool] = True
+    # With HELPERS False: True when the rule's instances (a technique already used) read only the
+    # function's own body, so that a helper's instances count for its callers even though the
+    # opportunity conditions are judged on kernels only.
+    HELPER_INSTANCES: ClassVar[bool] = False
 
     # -- derived metadata ----------------------------------------------------------------------
     @classmethod
@@ -133,7 +137,8 @@ class Rule:
         order up to the first that fails, and the Detection's conditions end there; the instances and
         opportunities are the same (measured: 40 % of the detectors' time on a file of small kernels)."""
         if not self.applies_to(ctx) or (not self.HELPERS and ctx.p.kind == "device-function"):
-            return Detection(self.evaluate(ctx), (), ())
+            helper_instances = self.applies_to(ctx) and self.HELPER_INSTANCES
+            return Detection(self.evaluate(ctx), tuple(self.instances(ctx)) if helper_instances else (), ())
         results = self.evaluate(ctx) if every_condition else self._up_to_first_failure(ctx)
         instances = tuple(self.instances(ctx))
         if not all(r.holds for r in results):

@@ -26,6 +26,7 @@ ALL: frozenset[str] = frozenset()
 # module -> the tests of it that are not static (bare function names; every parameter case)
 STATIC: dict[str, frozenset[str]] = {
     "test_cli_conventions.py": ALL,
+    "test_crossfile.py": ALL,
     "test_cuda_frontend.py": frozenset({"test_real_flashinfer_decode_and_norm"}),  # fetches flashinfer
     "test_detect_short_circuit.py": ALL,
     "test_detectors.py": ALL,

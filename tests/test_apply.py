@@ -13,7 +13,7 @@ from skel.cli import main
 from skel.errors import UsageError
 from skel.pipeline.apply import ApplyOptions, CandidateOutcome, _write_output
 from skel.pipeline.dispatch import build_dispatch
-from skel.pipeline.select import bucket_of, choose_winners, settle
+from skel.pipeline.select import bucket_of, choose_winners, contenders, settle
 from skel.pipeline.targets import bind_target
 
 import skel.kernels
@@ -203,6 +203,19 @@ def test_selection_per_bucket_rejects_any_slowdown():
     assert all(o.accepted for o in updated)
     assert bucket_of("N64-T8-H32") == "T8-H32"
     assert choose_winners([a, b], perf_measured=False)[0] == []
+
+
+def test_second_round_builds_on_every_contender():
+    """The second round composes on each bucket's leader and on every candidate within run-off distance of
+    it: the one a composition lifts most may trail the leader by a point estimate (fla-core's KDA at T = 8:
+    SK002 on four heads per program, within noise of the P = 2 composition, composes to the faster one)."""
+    lead = _outcome("SK001+SK002 [P=2]", [("N64-T8", "faster", 2.70)])
+    close = _outcome("SK002 [P=4]", [("N64-T8", "faster", 2.66)])  # 1.5 % behind
+    far = _outcome("SK002 [P=1]", [("N64-T8", "faster", 2.30)])  # 17 % behind
+    slower = _outcome("SK005", [("N64-T8", "slower", 2.69)])
+    assert [(b, o.label) for b, o in contenders([lead, close, far, slower], True)] == \
+        [("T8", "SK001+SK002 [P=2]"), ("T8", "SK002 [P=4]")]
+    assert contenders([lead, close], False) == []
 
 
 def test_close_qualifiers_meet_head_to_head():
@@ -400,7 +413,7 @@ def test_second_round_composes_on_each_bucket_winner(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     [entry] = [c for c in report["candidates"] if c["label"] == refined]
     assert entry["accepted"] and entry["round"] == 2
-    assert f"second round, on SK002 [{p4}], the first round's winner for T8" in entry["reason"]
+    assert f"second round, on SK002 [{p4}], a first-round leader or contender for T8" in entry["reason"]
     paths = [c["path"] for c in report["candidates"]]
     assert len(set(paths)) == len(paths)  # a second-round file never overwrites a first-round one
     text = Path(entry["path"]).read_text()

@@ -245,6 +245,113 @@ def launch(q, use: bool = False):
     assert _shapes(h) == {"q": ("T", "H", "K")} and h.outputs == ("o",)
 
 
+PIPELINE = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rev_kernel(q, k, unused, o, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+    i_nh = tl.program_id(0)
+    i_n, i_h = i_nh // H, i_nh % H
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    # walked backwards: from the last token down
+    p_q = q + (i_n * T * H + i_h) * K + o_k + (T - 1) * H * K
+    p_k = k + (i_n * T * H + i_h) * K + o_k
+    unused += i_n * K
+    acc = tl.zeros([BK], dtype=tl.float32)
+    for _ in range(T):
+        acc += tl.load(p_q, mask=m_k, other=0.0).to(tl.float32)
+        p_q -= H * K
+    for _ in range(T):
+        acc += tl.load(p_k, mask=m_k, other=0.0).to(tl.float32)
+        p_k = p_k + H * K
+    # a later re-assignment of p_q (never loaded) must not be what p_q's loads are read as
+    p_q = q + i_h * K
+    tl.store(o + (i_n * H + i_h) * K + o_k, acc, mask=m_k)
+
+
+@triton.jit
+def gate_kernel(g, yg, T, H: tl.constexpr, BT: tl.constexpr):
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    o_t = i_t * BT + tl.arange(0, BT)
+    b = tl.load(g + i_h + o_t * H, mask=o_t < T, other=0.0)
+    tl.store(yg + i_h + o_t * H, b * 2, mask=o_t < T)
+
+
+def pipeline(q, k, unused, g: torch.Tensor, bias: torch.Tensor | None):
+    B, T, H, K = k.shape
+    Hg = g.shape[-1]
+    Tg = g.numel() // Hg
+    o = k.new_empty(B, H, K)
+    yg = torch.empty_like(g)
+    args = dict(q=q, k=k, unused=unused, o=o, T=T, H=H, K=K, BK=triton.next_power_of_2(K))
+    rev_kernel[(B * H,)](**args)
+
+    def grid(meta):
+        return (triton.cdiv(Tg, meta["BT"]), Hg)
+
+    gate_kernel[grid](g, yg, Tg, H=Hg, BT=16)
+    if bias is not None:
+        o += bias
+    return o, yg
+"""
+
+
+def test_shapes_read_where_the_code_decides_them(tmp_path):
+    """Labelled classes of launchers the first reading refused (each from fla-core's or Liger's code,
+    written here small): a pointer walked backwards over range(T) and re-assigned after its loads; a split
+    program id over a grid of B * H; launch arguments passed as **dict(...); a tensor only the launcher's
+    second kernel reads, over a grid named by a nested def, its rows a numel() quotient; a parameter the
+    kernel only offsets; a required Optional tensor."""
+    path = tmp_path / "pipeline.py"
+    path.write_text(PIPELINE)
+    h = infer(path, PIPELINE, entry="pipeline")
+    assert h.kernel == "rev_kernel"
+    shapes = _shapes(h)
+    assert shapes["q"] == shapes["k"] == ("B", "T", "H", "K")  # q read where it is loaded, walked backwards
+    assert shapes["g"] == ("Tg", "Hg")  # read off gate_kernel: pid1 spans the grid's Hg, rows Tg = numel // Hg
+    assert shapes["unused"] == ("1",)  # offset, never read: a placeholder
+    assert {v.name: v.code for v in h.values}["bias"] == "None"
+    assert any("never loaded, stored or passed on" in n for n in h.notes)
+
+
+SCALARS = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def pick(x, y, out, ignore, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0)
+    label = tl.load(y + i)
+    if label == ignore:
+        return
+    o = tl.arange(0, BLOCK)
+    v = tl.load(x + i * n + o, mask=o < n, other=0.0)
+    tl.store(out + i, tl.sum(v))
+
+
+def launch(x: torch.Tensor, y: torch.Tensor, ignore, BLOCK):
+    rows, n = x.shape
+    out = x.new_empty(rows)
+    pick[(rows,)](x, y, out, ignore, n, BLOCK=BLOCK)
+    return out
+"""
+
+
+def test_scalars_read_off_their_use(tmp_path):
+    """A required scalar the kernel compares with loaded values is a sentinel no drawn value takes; one the
+    kernel uses as a tl.arange bound is a tile size (a power of two)."""
+    path = tmp_path / "pick.py"
+    path.write_text(SCALARS)
+    values = {v.name: v.code for v in infer(path, SCALARS).values}
+    assert values == {"ignore": "-100", "BLOCK": "16"}
+
+
 def test_liger_kl_div_roles_read_off_the_code(liger):
     """A flag the kernel branches on takes the kernel's default, a mode looked up in a module dict one of
     its keys, a floor under values (tl.maximum(x, eps)) an epsilon."""

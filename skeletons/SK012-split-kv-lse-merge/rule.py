@@ -344,7 +344,60 @@ def _pairwise_lse(ctx: Ctx, names: list[str], line: int, loaded: set[str]) -> bo
     return all(root(n) for n in names)
 
 
+def _helper_inputs(ctx: Ctx) -> set[str]:
+    """A helper's stand-ins for loaded values: what its caller passes in (its parameters) and the
+    state of the object it is a member of (names read before the helper assigns or declares them),
+    followed through plain copies (``m_prev = m``). Loop counters are not inputs."""
+    counters = {lp.var for lp in ctx.p.loops if lp.var}
+    names = {p.name for p in ctx.p.params}
+    assigned: set[str] = set()
+    for a in ctx.assigns:
+        if not a.decl:
+            names |= {n for n in NAME.findall(a.rhs) if n not in assigned} - {"max", "math", "inf", "min"}
+        assigned |= set(a.targets)
+        if re.fullmatch(r"[A-Za-z_]\w*", a.rhs.strip()) and a.rhs.strip() in names:
+            names |= set(a.targets)
+    return names - counters
+
+
+def _state_merge(ctx: Ctx) -> Hit | None:
+    """A helper that merges a partial attention state into another: a pairwise LSE rescale
+    (exp(m_a - max(m_a, m_b)) of two scalar maxima, passed in or members, no score array) whose
+    weights combine the own and the incoming vector of partial outputs element by element
+    (``o[i] = o[i] * f1 + other_o[i] * f2`` in a loop): the second pass of a KV split, called from
+    the merge kernel's loop. Rescaling the own output only (``o[i] *= scale``, an online softmax
+    step) or merging softmax statistics without an output vector is not such a merge."""
+    from skel.miner.detectors.text import call_args
+
+    inputs = _helper_inputs(ctx)
+    counters = {lp.var for lp in ctx.p.loops if lp.var}
+    hit = None
+    for a in ctx.assigns:
+        for call in EXP_CALL.finditer(a.rhs):
+            arg = call_args(a.rhs, call.end() - 1)
+            names = [n for n in NAME.findall(arg) if n not in ("None", "math", "inf", "max", "fmaxf")]
+            if "[" not in arg and len(names) >= 2 and _pairwise_lse(ctx, names, a.line, inputs):
+                hit = hit or Hit.at(a.line, a.line, merge=f"{', '.join(a.targets)} = {a.rhs}")
+    if hit is None:
+        return None
+    weights = _derived(ctx, {t for a in ctx.assigns if EXP_CALL.search(a.rhs) for t in a.targets},
+                       ctx.p.line, ctx.p.end_line)
+    for a in ctx.assigns:
+        if not any(lp.line < a.line <= lp.end_line for lp in ctx.p.loops) or "[" not in a.rhs:
+            continue
+        own = {n for t in a.targets for n in NAME.findall(t)}
+        terms = _terms(a.rhs, "+")
+        weighted = [set(NAME.findall(t)) for t in terms if "*" in t and set(NAME.findall(t)) & weights]
+        incoming = [w for w in weighted if (w & inputs) - own - weights - counters]
+        if len(weighted) >= 2 and incoming and any(w & own for w in weighted):
+            return hit
+    return None
+
+
 def instances(ctx: Ctx) -> list[Hit]:
+    if ctx.p.kind == "device-function":  # no grid of its own: only the merge it performs
+        hit = _state_merge(ctx) if ctx.p.language == "cuda" else None
+        return [hit] if hit else []
     out = []
     split = _split(ctx)
     lse_stores = [m for m in ctx.p.memops if m.kind == "store" and LSE_NAME.search(m.pointer + " " + ctx.statement(m.line))]
@@ -370,6 +423,7 @@ class SplitKvLseMerge(Rule):
     KIND = "template"
     CONDITIONS = CONDITIONS
     HELPERS = False  # needs the kernel's grid, launch or launcher
+    HELPER_INSTANCES = True  # a helper's state merge (``_state_merge``) counts for the kernels calling it
 
     def instances(self, ctx):
         return instances(ctx)
