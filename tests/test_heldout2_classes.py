@@ -36,8 +36,8 @@ def div_kernel(Y, X, stride, n_cols: tl.constexpr, eps: tl.constexpr, BLOCK: tl.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     x = tl.load(X + row * stride + cols, mask=cols < n_cols, other=0).to(tl.float32)
-    var = tl.sum(x * x, axis=0) / n_cols
-    tl.store(Y + row * stride + cols, x / tl.sqrt(var + tl.full((), eps, tl.float32)), mask=cols < n_cols)
+    tl.store(Y + row * stride + cols, x / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + tl.full((), eps, tl.float32)),
+             mask=cols < n_cols)
 
 
 @triton.jit
@@ -378,3 +378,60 @@ def run(x, y):
 def test_a_row_index_from_the_programs_range_widened_before_the_stride_is_an_instance():
     _, fs = mine(ROW_LOOP_WIDENING)
     assert kinds(fs, "rows_kernel", "SK009") == {"instance"}
+
+
+HELPER_STORES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _write_row(dst, src, cols, mask):
+    tl.store(dst + cols, tl.load(src + cols, mask=mask) * 2, mask=mask)
+
+
+@triton.jit
+def _add_row(dst, src, cols, mask):
+    tl.store(dst + cols, tl.load(dst + cols, mask=mask) + tl.load(src + cols, mask=mask), mask=mask)
+
+
+@triton.jit
+def write_kernel(Y, X, stride, n_cols: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    _write_row(Y + row * stride, X + row * stride, cols, cols < n_cols)
+
+
+@triton.jit
+def add_kernel(Y, X, stride, n_cols: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    _add_row(Y + row * stride, X + row * stride, cols, cols < n_cols)
+
+
+def run(x):
+    y = torch.empty_like(x)
+    write_kernel[(x.shape[0],)](y, x, x.stride(0), n_cols=x.shape[1], BLOCK=1024)
+    z = torch.empty_like(x)
+    add_kernel[(x.shape[0],)](z, x, x.stride(0), n_cols=x.shape[1], BLOCK=1024)
+    return y, z
+
+
+def run_zeros(x):
+    y = torch.zeros_like(x)
+    write_kernel[(x.shape[0],)](y, x, x.stride(0), n_cols=x.shape[1], BLOCK=1024)
+    return y
+'''
+
+
+def test_a_store_through_a_pointer_handed_to_a_helper_is_the_kernels_store():
+    _, fs = mine(HELPER_STORES)
+    assert kinds(fs, "write_kernel", "SK015") == {"instance"}
+    assert not kinds(fs, "add_kernel", "SK015"), "the helper reads the buffer: not an output the kernel only writes"
+
+
+def test_a_helper_stored_zero_fill_is_no_opportunity_while_the_rewrite_cannot_check_helpers():
+    _, fs = mine(HELPER_STORES)
+    zero = [f for f in fs if f.kernel == "write_kernel" and f.skeleton == "SK015" and f.kind == "opportunity"]
+    assert not zero

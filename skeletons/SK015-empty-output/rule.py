@@ -28,6 +28,7 @@ import re
 import libcst as cst
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
+from skel.miner.detectors.helper_params import accesses_through
 from skel.miner.detectors.helpers import root_param
 from skel.rewriter import cst as C
 from skel.rewriter import cst_flow as F
@@ -70,8 +71,10 @@ def _zero_sites(ctx: Ctx):
     return _sites(ctx, "zeros_like|zeros", "zeros")
 
 
-def _store_only(ctx: Ctx, param: str) -> str | None:
-    """Why the kernel's use of ``param`` needs the zeros (None when it only stores through it)."""
+def _store_only(ctx: Ctx, param: str, helpers: bool = False) -> str | None:
+    """Why the kernel's use of ``param`` needs the zeros (None when it only stores through it). With
+    ``helpers``, what the kernel's jit helpers do through a pointer into ``param`` counts too: for
+    instances only, since the rewrite does not check helpers (an opportunity is what it can apply)."""
     stored = False
     for m in ctx.p.memops:
         through = root_param(ctx, m.pointer, m.line) == param or re.search(rf"\b{re.escape(param)}\b", m.pointer)
@@ -81,6 +84,10 @@ def _store_only(ctx: Ctx, param: str) -> str | None:
             stored = True
         else:  # any operand, not only the leftmost: ``tl.load(offs + o)`` reads o too
             return f"line {m.line}: {m.kind} through {param}"
+    for kind, line in accesses_through(ctx, param) if helpers else ():  # a jit helper handed a pointer into it
+        if kind != "store":
+            return f"line {line}: {kind} through {param} in a helper"
+        stored = True
     return None if stored else f"the kernel never stores through {param}"
 
 
@@ -164,7 +171,7 @@ def candidates(ctx: Ctx) -> list[Hit]:
 
 def instances(ctx: Ctx) -> list[Hit]:
     return [Hit.at(a, a, buffer=n, parameter=p, launch_line=ln) for a, ln, n, p in _sites(ctx, "empty_like|empty", "empty")
-            if _store_only(ctx, p) is None]
+            if _store_only(ctx, p, helpers=True) is None]
 
 
 # ---------------------------------------------------------------- rewrite
