@@ -87,12 +87,33 @@ def _host_prescale(ctx: Ctx) -> str | None:
         if key not in ctx.file.cache:
             ctx.file.cache[key] = [(i, t) for i, t in _log2e_lines(ctx.source) if not _in_kernel(ctx, i)]
         rows = [(i, t) for i, t in ctx.file.cache[key] if not (ctx.p.line <= i <= ctx.p.end_line)]
-        launchers = {_enclosing_function(ctx, s.line) for s in ctx.p.launches} - {None}
-        if launchers:  # the kernel's own launchers decide; another kernel's pre-scale is not this one's
+        launchers = _reaching(ctx, {_enclosing_function(ctx, s.line) for s in ctx.p.launches} - {None})
+        if launchers:  # the kernel's launchers and their callers decide; another kernel's pre-scale is not this one's
             rows = [(i, t) for i, t in rows if _enclosing_function(ctx, i) in launchers]
         row = rows[0] if rows else None
         cache["host"] = f"line {row[0]}: {row[1]}" if row else None
     return cache["host"]
+
+
+def _reaching(ctx: Ctx, defs: set[int]) -> set[int]:
+    """``defs`` (def lines) and the functions of the file that call them, transitively: a pre-scale in the
+    function that calls the launcher (``g = cumsum(g, scale=RCP_LN2)``, then ``launch(g)``) feeds the kernel."""
+    key = f"{CODE}:reaching:{sorted(defs)}"
+    if key in ctx.file.cache:
+        return ctx.file.cache[key]
+    lines = ctx.source.splitlines()
+    out, frontier = set(defs), set(defs)
+    for _ in range(4):
+        names = {m.group(1) for d in frontier if 0 < d <= len(lines)
+                 and (m := re.match(r"\s*(?:async\s+)?def\s+(\w+)", lines[d - 1]))}
+        if not names:
+            break
+        call = re.compile(r"(?<![\w.])(?:" + "|".join(map(re.escape, sorted(names))) + r")\s*\(")
+        frontier = {d for i, t in enumerate(lines, 1) if call.search(t) and not re.match(r"\s*def\s", t)
+                    and (d := _enclosing_function(ctx, i)) is not None and d not in out}
+        out |= frontier
+    ctx.file.cache[key] = out
+    return out
 
 
 @lru_cache(maxsize=16)
