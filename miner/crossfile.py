@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from skel.catalog.records import Finding
+from skel.miner.cuda_frontend import _definition_start as _decl_start
 
 _STRIP = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"\n]+)[>\"]", re.M)
@@ -209,21 +210,6 @@ def _match(code: str, open_at: int, pair: str = "{}") -> int | None:
         if depth == 0:
             return m.start()
     return None
-
-
-def _decl_start(code: str, off: int) -> int:
-    """Just after the previous ; { or } outside brackets: where the declaration at ``off`` starts."""
-    depth, i = 0, off - 1
-    while i >= 0:
-        c = code[i]
-        if c in ")>]":
-            depth += 1
-        elif c in "(<[":
-            depth -= 1
-        elif c in ";{}" and depth <= 0:
-            return i + 1
-        i -= 1
-    return 0
 
 
 def _template_params(code: str, start: int) -> tuple[str, ...]:
