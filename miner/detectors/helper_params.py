@@ -20,29 +20,51 @@ _ACCESS = {"load": "load", "store": "store"}
 
 
 @lru_cache(maxsize=16)
-def _helpers(source: str) -> dict[str, tuple[tuple[str, ...], tuple[tuple[str, str, int], ...]]]:
-    """Jit function name -> (its positional parameters, (kind, parameter, line) for each memory access
-    whose address starts from a parameter)."""
-    out = {}
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return out
-    names = set(_JIT_DEF.findall(source))
-    for fn in tree.body:
-        if not (isinstance(fn, ast.FunctionDef) and fn.name in names):
-            continue
-        params = tuple(a.arg for a in fn.args.posonlyargs + fn.args.args)
-        rows = []
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
-                op = node.func.attr
-                kind = _ACCESS.get(op) or ("atomic" if op.startswith("atomic_") else None)
-                root = _root(node.args[0])
-                if kind and root in params:
-                    rows.append((kind, root, node.lineno))
-        out[fn.name] = (params, tuple(rows))
+def _jit_defs(source: str) -> dict[str, int]:
+    """Jit function name -> the 1-based line of its ``def`` (module level only)."""
+    out, line, at = {}, 1, 0
+    for m in _JIT_DEF.finditer(source):
+        line += source.count("\n", at, m.end())
+        at = m.end()
+        out[m.group(1)] = line
     return out
+
+
+@lru_cache(maxsize=16)
+def _calls(source: str) -> re.Pattern | None:
+    """A call of one of the file's jit functions (None when it has none)."""
+    names = _jit_defs(source)
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\s*\(") if names else None
+
+
+@lru_cache(maxsize=256)
+def _helper(source: str, name: str) -> tuple[tuple[str, ...], tuple[tuple[str, str, int], ...]] | None:
+    """(positional parameters, (kind, parameter, line) for each memory access whose address starts
+    from a parameter) of the module-level jit function ``name``; only its own lines are parsed."""
+    first = _jit_defs(source).get(name)
+    if first is None:
+        return None
+    lines = source.splitlines()
+    end = first
+    while end < len(lines) and (not lines[end].strip() or lines[end][:1] in " \t#)"):
+        end += 1  # the body: up to the next line that starts at column 0
+    try:
+        tree = ast.parse("\n".join(lines[first - 1:end]))
+    except SyntaxError:
+        return None
+    fn = tree.body[0] if tree.body else None
+    if not isinstance(fn, ast.FunctionDef) or fn.name != name:
+        return None
+    params = tuple(a.arg for a in fn.args.posonlyargs + fn.args.args)
+    rows = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            op = node.func.attr
+            kind = _ACCESS.get(op) or ("atomic" if op.startswith("atomic_") else None)
+            root = _root(node.args[0])
+            if kind and root in params:
+                rows.append((kind, root, node.lineno + first - 1))
+    return params, tuple(rows)
 
 
 def _root(node: ast.AST) -> str | None:
@@ -56,10 +78,10 @@ def accesses_through(ctx: Ctx, param: str) -> list[tuple[str, int]]:
     """(kind, helper line) of the accesses the kernel's helpers make through ``param``."""
     if ctx.p.language != "triton":
         return []
-    helpers = _helpers(ctx.source)
-    if not helpers:
+    call = _calls(ctx.source)
+    if call is None:
         return []
-    call = re.compile(r"\b(" + "|".join(map(re.escape, helpers)) + r")\s*\(")
+    defs = _jit_defs(ctx.source)
     out, seen = [], set()
     for ln in ctx.body:
         if ln in seen or not call.search(ctx.text(ln)):
@@ -70,9 +92,12 @@ def accesses_through(ctx: Ctx, param: str) -> list[tuple[str, int]]:
             continue
         seen.add(ln)
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs):
                 continue
-            params, rows = helpers[node.func.id]
+            helper = _helper(ctx.source, node.func.id)
+            if helper is None:
+                continue
+            params, rows = helper
             passed = {params[i] for i, a in enumerate(node.args[:len(params)]) if _root(a) == param}
             passed |= {k.arg for k in node.keywords if k.arg in params and _root(k.value) == param}
             out += [(kind, line) for kind, p, line in rows if p in passed]
