@@ -56,3 +56,50 @@ def test_a_flat_axis_split_by_div_and_mod_of_one_divisor_is_no_head_mapping():
     assert not kinds(fs, "split_kernel", "SK010"), "head = i // n; group = i % n splits one axis; it maps no head"
     assert kinds(fs, "gqa_kernel", "SK010") == {"instance"}
     assert kinds(fs, "gqa_rank_kernel", "SK010") == {"instance"}, "a modulo by another divisor is no split"
+
+
+TEMPLATE_RECURSIVE_BUTTERFLY = r'''
+template <typename T>
+__device__ inline T lane_xor(T v, int offset) { return __shfl_xor_sync(uint32_t(-1), v, offset); }
+
+template <int N>
+struct Butterfly {
+    template <typename T>
+    static __device__ inline T sum(T x) {
+        x = x + lane_xor(x, N / 2);
+        return Butterfly<N / 2>::sum(x);
+    }
+};
+
+template <>
+struct Butterfly<1> {
+    template <typename T>
+    static __device__ inline T sum(T x) { return x; }
+};
+
+template <int N>
+struct Unrolled {
+    template <typename T>
+    static __device__ inline T total(const T* v) { return v[N - 1] + Unrolled<N - 1>::total(v) + expf(0.f); }
+};
+
+__global__ void row_sum(const float* x, float* out, int n) {
+    float acc = 0.f;
+    for (int i = threadIdx.x; i < n; i += 8) { acc += x[blockIdx.x * n + i]; }
+    acc = Butterfly<8>::sum(acc);
+    if (threadIdx.x == 0) { out[blockIdx.x] = acc; }
+}
+
+__global__ void reg_sum(const float* x, float* out) {
+    float v[4] = {x[0], x[1], x[2], x[3]};
+    out[blockIdx.x] = Unrolled<4>::total(v);
+}
+'''
+
+
+def test_a_butterfly_unrolled_by_template_recursion_over_a_shuffle_wrapper_is_a_warp_reduction():
+    _, fs = mine(TEMPLATE_RECURSIVE_BUTTERFLY, "cuda", "k.cu")
+    assert kinds(fs, "Butterfly::sum", "SK013") == {"instance"}
+    assert kinds(fs, "row_sum", "SK013") == {"instance"}, "the helper's finding counts for its caller"
+    assert not kinds(fs, "Unrolled::total", "SK013"), "recursion without a lane exchange is no warp reduction"
+    assert not kinds(fs, "reg_sum", "SK013")
