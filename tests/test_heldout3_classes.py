@@ -103,3 +103,93 @@ def test_a_butterfly_unrolled_by_template_recursion_over_a_shuffle_wrapper_is_a_
     assert kinds(fs, "row_sum", "SK013") == {"instance"}, "the helper's finding counts for its caller"
     assert not kinds(fs, "Unrolled::total", "SK013"), "recursion without a lane exchange is no warp reduction"
     assert not kinds(fs, "reg_sum", "SK013")
+
+
+KERNELS_BOUND_TO_FIELDS = '''
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class Impls:
+    scale: object
+    copy: object
+
+
+def build():
+    @triton.jit
+    def _scale_kernel(x_ptr, y_ptr, s_ptr, BLOCK_SIZE: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        x = tl.load(x_ptr + offs).to(tl.float32)
+        s = tl.max(tl.abs(x)) / 448.0
+        tl.store(y_ptr + offs, x / s)
+        tl.store(s_ptr + pid, s)
+
+    @triton.jit
+    def _copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    return Impls(scale=_scale_kernel, copy=_copy_kernel)
+
+
+IMPLS = build()
+
+
+def quantize(x, block_size=128):
+    y = torch.empty_like(x)
+    s = x.new_empty(x.numel() // block_size)
+    IMPLS.scale[(triton.cdiv(x.numel(), block_size),)](x, y, s, BLOCK_SIZE=block_size)
+    return y, s
+
+
+def copy(x):
+    y = torch.empty_like(x)
+    IMPLS.copy[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+'''
+
+
+def test_a_launch_through_a_field_bound_to_the_kernel_is_the_kernels_launch():
+    profiles, fs = mine(KERNELS_BOUND_TO_FIELDS)
+    launched = {p.name: [s.line for s in p.launches] for p in profiles}
+    assert launched["_scale_kernel"] == [39] and launched["_copy_kernel"] == [45]
+    assert kinds(fs, "_scale_kernel", "SK015") == {"instance"}, "y = torch.empty_like(x), fully stored"
+    assert kinds(fs, "_copy_kernel", "SK005") == {"opportunity"}, "BLOCK = 256 only partitions the copy"
+
+
+TILE_FROM_A_VARIABLE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def amax_kernel(x_ptr, s_ptr, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(0)
+    x = tl.load(x_ptr + pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE))
+    tl.store(s_ptr + pid, tl.max(tl.abs(x)))
+
+
+def amax(x, block_size=128):
+    s = x.new_empty(x.numel() // block_size)
+    amax_kernel[(triton.cdiv(x.numel(), block_size),)](x, s, BLOCK_SIZE=block_size)
+    return s
+
+
+def amax_rows(x, s, block_size=128):
+    amax_kernel[(triton.cdiv(x.numel(), block_size),)](x, s, BLOCK_SIZE=block_size)
+    return s
+'''
+
+
+def test_a_tile_passed_as_a_variable_that_sizes_a_buffer_is_no_search_opportunity():
+    _, fs = mine(TILE_FROM_A_VARIABLE)
+    hits = [f for f in fs if f.kernel == "amax_kernel" and f.skeleton == "SK005"]
+    lines = {f.line for f in hits}
+    assert 16 not in lines, "block_size also sizes s = x.new_empty(numel // block_size) (line 15)"
+    assert 21 in lines, "where no buffer of this function is sized by it, the tile only partitions the work"

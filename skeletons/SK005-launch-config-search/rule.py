@@ -71,8 +71,12 @@ def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
 
     out = {}
     start = _enclosing_function(ctx, site.line)
+    given = dict(site.constexpr_values)
     for name in [k for k in _fixed(site) if k not in ("num_warps", "num_stages")]:
         names = _derived(ctx, name, start or site.line, site.line)
+        value = given.get(name)
+        if isinstance(value, str) and value.isidentifier() and value != name:  # BLOCK_SIZE=block_size
+            names |= _derived(ctx, value, start or site.line, site.line)
         hit = _first_allocation(ctx, names, start, site.line) if start is not None else None
         if hit:
             out[name] = f"line {hit}: {ctx.text(hit)}"
