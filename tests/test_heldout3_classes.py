@@ -193,3 +193,50 @@ def test_a_tile_passed_as_a_variable_that_sizes_a_buffer_is_no_search_opportunit
     lines = {f.line for f in hits}
     assert 16 not in lines, "block_size also sizes s = x.new_empty(numel // block_size) (line 15)"
     assert 21 in lines, "where no buffer of this function is sized by it, the tile only partitions the work"
+
+
+PER_TILE_SCALES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dequant_kernel(x_ptr, s_ptr, y_ptr, M, N, BLOCK_SIZE: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n = tl.cdiv(N, BLOCK_SIZE)
+    offs_m = pid_m * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    offs_n = pid_n * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    offs = offs_m[:, None] * N + offs_n[None, :]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    s = tl.load(s_ptr + pid_m * n + pid_n)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * s, mask=mask)
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, M, N, BLOCK_SIZE: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n = tl.cdiv(N, BLOCK_SIZE)
+    offs_m = pid_m * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    offs_n = (pid_n % n) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    offs = offs_m[:, None] * N + offs_n[None, :]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+def dequant(x, s, block_size=128):
+    y = torch.empty_like(x)
+    M, N = x.shape
+    grid = (triton.cdiv(M, block_size), triton.cdiv(N, block_size))
+    dequant_kernel[grid](x, s, y, M, N, BLOCK_SIZE=block_size)
+    scale_kernel[grid](x, y, M, N, BLOCK_SIZE=block_size)
+    return y
+'''
+
+
+def test_a_tile_that_indexes_a_per_tile_tensor_in_the_kernel_is_no_search_opportunity():
+    _, fs = mine(PER_TILE_SCALES)
+    assert not kinds(fs, "dequant_kernel", "SK005"), "s_ptr + pid_m * cdiv(N, BLOCK_SIZE) + pid_n: one scale per tile"
+    assert kinds(fs, "scale_kernel", "SK005") == {"opportunity"}, "a tile count inside lane offsets is no layout"
