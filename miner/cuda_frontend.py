@@ -227,7 +227,8 @@ def _device_helpers(root, src: bytes) -> list:
     """(function_definition, template|None, owner) for ``__device__`` (not ``__global__``) functions
     with a body doing such work: their findings count for the kernels that call them (in this file:
     miner/interproc.py; from other files or as members: miner/crossfile.py). ``owner`` names the
-    struct or class whose body defines the function ("" for a free function)."""
+    struct or class whose body defines the function ("" for a free function). A helper that calls
+    such a helper (a butterfly over a shuffle wrapper) does that work too, to three levels."""
     found = []  # (function_definition, owner, body bytes) of every __device__ (not __global__) function
     stack = [(root, "")]
     while stack:

@@ -6,7 +6,7 @@ step; the last five steps (stride < 32) happen inside one warp, where ``__shfl_x
 ``__shfl_down_sync`` exchange registers without shared memory or block barriers.
 Opportunity: a halving-stride loop that updates a shared array, synchronises the block in its
 body and runs down to a stride below 32. Instance: warp shuffles inside a loop (a butterfly or
-tree reduction in registers). Triton's ``tl.sum`` already lowers to shuffles, so this skeleton
+tree reduction in registers), or a butterfly unrolled by template recursion (``Allreduce<N>::run``). Triton's ``tl.sum`` already lowers to shuffles, so this skeleton
 is CUDA only.
 """
 from __future__ import annotations
@@ -191,7 +191,8 @@ def _recursive_butterfly(ctx: Ctx) -> Hit | None:
         exchange = next(((r.line, r.text) for r in p.reductions if r.op in WARP_OPS), None)
     if exchange is None:
         wrapper = next((name for name, line in callee.items() if name != short and _shuffles(ctx, line)), None)
-        exchange = (recursion, f"{wrapper}(...), a shuffle wrapper") if wrapper else None
+        call = re.compile(rf"\b{re.escape(wrapper)}\s*(?:<[^;()]*>)?\s*\(") if wrapper else None
+        exchange = next(((ln, t.strip()) for ln, t in body if call.search(t)), None) if call else None
     if exchange is None:
         return None
     return Hit.at(p.line, p.end_line, shuffle=exchange[1], shuffle_line=exchange[0], recursion_line=recursion)
