@@ -31,6 +31,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -129,27 +130,72 @@ def cache_dir() -> Path:
 
 
 def fetch(dist: str, version: str, members=None) -> Path:
-    """Download a wheel (no deps) once and unpack it (or only ``members(name) -> bool``)."""
+    """Download a package (no deps) once and unpack it (or only ``members(name) -> bool``).
+
+    A wheel is preferred; a package that ships only an sdist (``NAME-VER.tar.gz``) is unpacked
+    with its top folder stripped, so that paths read like a wheel's (``csrc/x.cu``)."""
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     stem = f"{dist.replace('-', '_')}-{version}"
-    wheels = sorted(cache.glob(f"{stem}-*.whl"))
-    if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
-                        f"{dist}=={version}", "-d", str(cache)], check=True)
-        wheels = sorted(cache.glob(f"{stem}-*.whl"))
+    archive = _archive(cache, dist, version, stem)
     target = cache / stem
-    with zipfile.ZipFile(wheels[0]) as zf:
-        names = [n for n in zf.namelist() if not n.endswith("/") and (members is None or members(n))]
-        missing = [n for n in names if not (target / n).is_file()]
-        if missing:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=cache))
-            zf.extractall(tmp, names)
-            for n in names:
-                dest = target / n
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp / n, dest)
+    entries = _entries(archive)
+    names = [n for n in entries if members is None or members(n)]
+    missing = [n for n in names if not (target / n).is_file()]
+    if missing:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=cache))
+        _extract(archive, entries, names, tmp)
+        for n in names:
+            dest = target / n
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / n, dest)
     return target
+
+
+def _archive(cache: Path, dist: str, version: str, stem: str) -> Path:
+    """The cached wheel, else the cached sdist, else download one (a wheel first)."""
+    def cached() -> list[Path]:
+        sdists = [p for s in {stem, f"{dist}-{version}"} for p in cache.glob(f"{s}.tar.gz")]
+        return sorted(cache.glob(f"{stem}-*.whl")) or sorted(sdists)
+
+    if not cached():
+        spec = f"{dist}=={version}"
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache)]
+        wheel = subprocess.run([*pip, "--only-binary", ":all:", spec], capture_output=True, text=True)
+        if wheel.returncode != 0:
+            sdist = subprocess.run([*pip, spec], capture_output=True, text=True)
+            if sdist.returncode != 0:
+                raise RuntimeError(f"pip download {spec}: no wheel ({wheel.stderr.strip()[-300:]}) and no sdist "
+                                   f"({sdist.stderr.strip()[-300:]})")
+    found = cached()
+    if not found:
+        raise RuntimeError(f"pip download {dist}=={version} left no {stem}-*.whl or {stem}.tar.gz in {cache}")
+    return found[0]
+
+
+def _entries(archive: Path) -> dict[str, str]:
+    """Regular files of a wheel or sdist: the path as a wheel would give it -> the archive's own name."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf:
+            return {n: n for n in zf.namelist() if not n.endswith("/")}
+    with tarfile.open(archive, "r:gz") as tf:
+        files = [m.name for m in tf.getmembers() if m.isfile() and "/" in m.name]
+    # the top folder (NAME-VER/) is dropped; a member that would land outside the target is skipped
+    return {n.split("/", 1)[1]: n for n in files if ".." not in Path(n).parts and not n.startswith("/")}
+
+
+def _extract(archive: Path, entries: dict[str, str], names: list[str], into: Path) -> None:
+    """Write ``names`` (wheel-style paths) under ``into``."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(into, names)
+        return
+    with tarfile.open(archive, "r:gz") as tf:
+        for n in names:
+            src = tf.extractfile(entries[n])
+            dest = into / n
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(src.read())
 
 
 def run_mine(roots, catalog: Path, jobs: int | None) -> tuple[float, dict, str]:

@@ -227,19 +227,17 @@ def _device_helpers(root, src: bytes) -> list:
     """(function_definition, template|None, owner) for ``__device__`` (not ``__global__``) functions
     with a body doing such work: their findings count for the kernels that call them (in this file:
     miner/interproc.py; from other files or as members: miner/crossfile.py). ``owner`` names the
-    struct or class whose body defines the function ("" for a free function)."""
-    out = []
+    struct or class whose body defines the function ("" for a free function). A helper that calls
+    such a helper (a butterfly over a shuffle wrapper) does that work too, to three levels."""
+    found = []  # (function_definition, owner, body bytes) of every __device__ (not __global__) function
     stack = [(root, "")]
     while stack:
         n, owner = stack.pop()
         if n.type == "function_definition":
             kinds = {c.type for c in n.children}
             body = n.child_by_field_name("body")
-            if "__device__" in kinds and "__global__" not in kinds and body is not None \
-                    and _HELPER_WORK.search(src[body.start_byte:body.end_byte]):
-                parent = n.parent
-                out.append((n, parent if parent is not None and parent.type == "template_declaration" else None,
-                            owner))
+            if "__device__" in kinds and "__global__" not in kinds and body is not None:
+                found.append((n, owner, src[body.start_byte:body.end_byte]))
             continue
         if n.type in _RECORDS:
             name = n.child_by_field_name("name")
@@ -248,6 +246,20 @@ def _device_helpers(root, src: bytes) -> list:
                     name = name.child_by_field_name("name") or name
                 owner = text_of(name)
         stack.extend((c, owner) for c in n.children)
+    keep = [_HELPER_WORK.search(body) is not None for _, _, body in found]
+    for _ in range(3):  # a helper calling a kept one does its work too (x = op(x, lane_xor(x, N / 2)))
+        names = {(_function_name(n) or "").split("::")[-1].encode() for (n, _, _), k in zip(found, keep) if k}
+        calls = re.compile(rb"\b(?:" + b"|".join(map(re.escape, sorted(names - {b""}))) + rb")\s*(?:<[^;()]*>)?\s*\(") \
+            if names - {b""} else None
+        grown = [k or (calls is not None and calls.search(body) is not None) for k, (_, _, body) in zip(keep, found)]
+        if grown == keep:
+            break
+        keep = grown
+    out = []
+    for (n, owner, _), k in zip(found, keep):
+        if k:
+            parent = n.parent
+            out.append((n, parent if parent is not None and parent.type == "template_declaration" else None, owner))
     return out
 
 

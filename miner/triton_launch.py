@@ -45,9 +45,26 @@ def launch_lines(text: str, kernels: set[str]) -> dict[str, list[int]]:
     return out
 
 
-def launch_calls(statements, lines: list[int], kernels: set[str]) -> list[tuple[str, ast.Call, ast.AST | None]]:
+# ``Impls(act_quant=_act_quant_kernel)`` or ``self.act_quant = _act_quant_kernel``: a field bound to a kernel
+_FIELD_BINDING = re.compile(r"(?:[(,]\s*|\.\s*)([A-Za-z_]\w*)\s*=\s*([A-Za-z_]\w*)\s*(?=[,)\n]|$)", re.M)
+
+
+def field_aliases(text: str, kernels: set[str]) -> dict[str, str]:
+    """Field name -> kernel for fields that a keyword argument or an attribute assignment binds to a
+    kernel (``_BlockwiseImpls(act_quant=_act_quant_kernel)``): ``impls.act_quant[grid](...)`` launches
+    that kernel. A field bound to two kernels names neither, and a kernel's own name is never a field."""
+    seen: dict[str, set[str]] = {}
+    for m in _FIELD_BINDING.finditer(text):
+        field, value = m.groups()
+        if value in kernels and field not in kernels:
+            seen.setdefault(field, set()).add(value)
+    return {f: next(iter(ks)) for f, ks in seen.items() if len(ks) == 1}
+
+
+def launch_calls(statements, lines: list[int], kernels: set[str],
+                 aliases: dict[str, str] | None = None) -> list[tuple[str, ast.Call, ast.AST | None]]:
     """(kernel name, ``kernel[grid](...)`` call, innermost enclosing function or None) in ``statements``,
-    in line order.
+    in line order; ``aliases`` (``field_aliases``) resolve ``obj.field[grid](...)``.
 
     Only statements spanning one of ``lines`` (ascending) are walked: walking every expression
     of a large module costs more than the rest of profiling.
@@ -63,6 +80,8 @@ def launch_calls(statements, lines: list[int], kernels: set[str]) -> list[tuple[
                 short = name.rsplit(".", 1)[-1] if name else None
                 if short in kernels:
                     out.append((short, n, fn))
+                elif aliases and short in aliases and "." in name:
+                    out.append((aliases[short], n, fn))
     out.sort(key=lambda t: (t[1].lineno, t[1].col_offset))  # in line order: LaunchScopes reads each function once
     return out
 

@@ -22,7 +22,7 @@ from typing import Callable
 from skel.catalog.records import KernelProfile, LaunchSite, Param
 from skel.miner.pyexpr import Source, dotted
 from skel.miner.triton_blocks import ModuleBlocks, Resplit
-from skel.miner.triton_launch import ModuleIndex, launch_calls, launch_lines, launch_site
+from skel.miner.triton_launch import ModuleIndex, field_aliases, launch_calls, launch_lines, launch_site
 from skel.miner.triton_wrappers import Wrapper, call_lines, may_hold_wrappers, wrapper_calls, wrapper_of
 from skel.miner.triton_scan import LaunchScopes, module_scope
 from skel.miner.triton_scope import Scope
@@ -178,7 +178,11 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
         by_name.setdefault(k.name, []).append(k)
     # Lines where the text shows ``name[``, for the kernels wanted (``all_names`` decides what a
     # launch is: a name shadowing another kernel's is still that kernel's launch).
+    aliases = field_aliases(blocks.text, all_names)  # impls.act_quant[grid](...) with Impls(act_quant=kernel)
     per_name = {n: rows for n, rows in launch_lines(blocks.text, all_names).items() if n in names}
+    for field, rows in launch_lines(blocks.text, set(aliases)).items():
+        if aliases[field] in names:
+            per_name[aliases[field]] = sorted(set(per_name.get(aliases[field], [])) | set(rows))
     for n, rows in call_lines(blocks.text, outline.wrappers, all_names).items():  # launches through a wrapper
         if n in names:
             per_name[n] = sorted(set(per_name.get(n, [])) | set(rows))
@@ -207,7 +211,7 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
         tree = blocks.tree(i)
         index = ModuleIndex(tree, blocks.text)
         if i in launch_blocks:
-            calls = launch_calls(index.simple_statements, lines, all_names)
+            calls = launch_calls(index.simple_statements, lines, all_names, aliases)
             calls += wrapper_calls(index.simple_statements, lines, outline.wrappers, all_names)
             for name, call, fn in calls:
                 for k in by_name.get(name, ()):

@@ -79,3 +79,18 @@ def fetch_wheel_corpus(dist: str, version: str) -> Path:
 def fla_corpus() -> Path:
     """fla-core 0.6.0 unpacked: ``fla_corpus / "fla/ops/kda/fused_recurrent.py"``."""
     return fetch_wheel_corpus("fla-core", "0.6.0")
+
+
+# --------------------------------------------------------------------- mining a snippet
+def mine_text(text: str, language: str = "triton", path: str = "k.py"):
+    """(profiles, findings) of ``text`` through the miner's own entry point; a parse error fails the test."""
+    from skel.miner.mine import analyze
+
+    profiles, findings, err = analyze(path, text, language)
+    assert err is None, err
+    return profiles, findings
+
+
+def finding_kinds(findings, kernel: str, code: str) -> set[str]:
+    """The kinds (instance / opportunity) reported for ``code`` on ``kernel``."""
+    return {f.kind for f in findings if f.kernel == kernel and f.skeleton == code}

@@ -2,17 +2,7 @@
 nvidia-cutlass), each on a small kernel of our own written the way those packages write it. Static."""
 from __future__ import annotations
 
-from skel.miner.mine import analyze
-
-
-def mine(text: str, language: str = "triton", path: str = "k.py"):
-    profiles, findings, err = analyze(path, text, language)
-    assert err is None, err
-    return profiles, findings
-
-
-def kinds(findings, kernel: str, code: str) -> set[str]:
-    return {f.kind for f in findings if f.kernel == kernel and f.skeleton == code}
+from conftest import finding_kinds as kinds, mine_text as mine
 
 
 RMS_TYPED_EPS = '''

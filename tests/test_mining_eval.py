@@ -83,3 +83,22 @@ def test_the_fixed_classes_stay_fixed_on_real_files():
     assert not errors, "\n".join(f"{e.label.skeleton} {e.kind} on {e.label.file}:{e.label.kernel}: {e.detail}"
                                  for e in errors)
     assert sum(tallies[c].tp for c in FIXED if c in tallies) >= 10  # the subset really exercises them
+
+
+def test_an_sdist_only_package_is_unpacked_with_wheel_style_paths(tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    monkeypatch.setenv("SKEL_CORPUS_CACHE", str(tmp_path))
+    with tarfile.open(tmp_path / "some_pkg-1.0.tar.gz", "w:gz") as tf:
+        for name, text in (("some_pkg-1.0/csrc/k.cu", b"__global__ void k() {}\n"),
+                           ("some_pkg-1.0/some_pkg/ops.py", b"import triton\n"),
+                           ("some_pkg-1.0/../escape.txt", b"outside\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tf.addfile(info, io.BytesIO(text))
+    root = mining_eval.corpus_root("some-pkg==1.0")  # cached: no download
+    assert root == tmp_path / "some_pkg-1.0"
+    assert (root / "csrc" / "k.cu").read_text() == "__global__ void k() {}\n"
+    assert (root / "some_pkg" / "ops.py").is_file()
+    assert not [p for p in tmp_path.rglob("escape.txt")], "a member outside the sdist's folder is not written"

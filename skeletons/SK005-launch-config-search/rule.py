@@ -71,12 +71,39 @@ def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
 
     out = {}
     start = _enclosing_function(ctx, site.line)
+    given = dict(site.constexpr_values)
     for name in [k for k in _fixed(site) if k not in ("num_warps", "num_stages")]:
         names = _derived(ctx, name, start or site.line, site.line)
+        value = given.get(name)
+        if isinstance(value, str) and value.isidentifier() and value != name:  # BLOCK_SIZE=block_size
+            names |= _derived(ctx, value, start or site.line, site.line)
         hit = _first_allocation(ctx, names, start, site.line) if start is not None else None
         if hit:
             out[name] = f"line {hit}: {ctx.text(hit)}"
+        elif (per_tile := _per_tile_access(ctx, name)) is not None:
+            out[name] = per_tile
     return out
+
+
+def _per_tile_access(ctx: Ctx, tile: str) -> str | None:
+    """``n = tl.cdiv(N, BLOCK_SIZE); tl.load(s_ptr + pid_m * n + pid_n)``: the kernel reads or writes a
+    tensor with one element per tile (its address counts tiles, and no lane offset enters it), so the
+    tile size is that tensor's layout, whoever allocates it."""
+    count = re.compile(rf"\bcdiv\s*\([^()]*,\s*{re.escape(tile)}\s*\)")
+    counts = {t for a in ctx.assigns if count.search(a.rhs) for t in a.targets}
+    if not counts:
+        return None
+    lanes: set[str] = set()  # what lane offsets (tl.arange) flow into, through assignments
+    for _ in range(4):
+        grown = {t for a in ctx.assigns if "arange" in a.rhs or set(WORDS.findall(a.rhs)) & lanes for t in a.targets}
+        if grown <= lanes:
+            break
+        lanes |= grown
+    for m in ctx.p.memops:
+        words = set(WORDS.findall(m.pointer))
+        if words & counts and not words & lanes and "arange" not in m.pointer:
+            return f"line {m.line}: {m.kind} {m.pointer} has one element per {tile} tile"
+    return None
 
 
 def _index(ctx: Ctx, what: str, pattern: re.Pattern, right_only: bool) -> dict[str, list[int]]:

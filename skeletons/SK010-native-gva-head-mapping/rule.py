@@ -75,10 +75,18 @@ def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
         if not m or not any(re.fullmatch(HEADISH, t, re.I) or re.search(r"head", t, re.I) for t in a.targets):
             continue
         pids = _pid_derived(ctx) if pids is None else pids  # only for kernels with a candidate division
-        if m.group("num") in pids:
+        if m.group("num") in pids and not _divmod_split(ctx, m.group("num"), m.group(0)[len(m.group("num")):]):
             out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}"))
     cache["map"] = out
     return out
+
+
+def _divmod_split(ctx: Ctx, num: str, division: str) -> bool:
+    """``group_idx = i % n_groups; head_idx = i // n_groups``: the same index also taken modulo the
+    same divisor splits one flat program-id axis into two coordinates; it maps no head to a shared one."""
+    divisor = re.sub(r"^\s*//?\s*", "", division).strip()
+    modulo = re.compile(rf"\b{re.escape(num)}\s*%\s*{re.escape(divisor)}(?!\w)")
+    return any(modulo.search(a.rhs) for a in ctx.assigns)
 
 
 def _expansions(ctx: Ctx) -> list[tuple[int, int, str, str]]:

@@ -6,7 +6,7 @@ step; the last five steps (stride < 32) happen inside one warp, where ``__shfl_x
 ``__shfl_down_sync`` exchange registers without shared memory or block barriers.
 Opportunity: a halving-stride loop that updates a shared array, synchronises the block in its
 body and runs down to a stride below 32. Instance: warp shuffles inside a loop (a butterfly or
-tree reduction in registers). Triton's ``tl.sum`` already lowers to shuffles, so this skeleton
+tree reduction in registers), or a butterfly unrolled by template recursion (``Allreduce<N>::run``). Triton's ``tl.sum`` already lowers to shuffles, so this skeleton
 is CUDA only.
 """
 from __future__ import annotations
@@ -160,7 +160,56 @@ def instances(ctx: Ctx) -> list[Hit]:
     for r in ctx.p.reductions:  # an unrolled or single-call warp reduction (no loop of its own)
         if r.op == "warp-reduce" and r.loop_line is None and r.line not in seen:
             out.append(Hit.at(r.line, r.line, shuffle=r.text, shuffle_line=r.line))
+    butterfly = _recursive_butterfly(ctx)
+    if butterfly is not None and butterfly.line not in {h.line for h in out}:
+        out.append(butterfly)
     return out
+
+
+_CALLS = re.compile(r"^calls __device__ function (\w+) \(line (\d+)\)$")  # the CUDA frontend's note
+
+
+def _recursive_butterfly(ctx: Ctx) -> Hit | None:
+    """``Allreduce<N>::run(x) { x = op(x, shuffle_xor(x, N / 2)); return Allreduce<N / 2>::run(x); }``: a
+    butterfly unrolled by template recursion rather than a loop. The helper calls itself (its own
+    name, with other template arguments) and exchanges lanes, directly or through a same-file
+    wrapper of a shuffle; its callers get the finding through the helper passes."""
+    p = ctx.p
+    if p.language != "cuda" or p.kind != "device-function":
+        return None
+    short = p.name.split("::")[-1]
+    owner = p.name.split("::")[-2] if "::" in p.name else ""
+    callee = {m.group(1): int(m.group(2)) for n in p.notes if (m := _CALLS.match(n))}
+    self_call = re.compile((rf"\b{re.escape(owner)}\s*<[^;]*>\s*::\s*" if owner else r"\b")
+                           + rf"{re.escape(short)}\s*{'' if owner else '<[^;()]*>'}\s*\(")
+    body = [(ln, ctx.text(ln)) for ln in range(p.line + 1, p.end_line + 1)]
+    recursion = next((ln for ln, t in body if self_call.search(t)), None)
+    if short not in callee or recursion is None:
+        return None
+    exchange = next(((ln, t.strip()) for ln, t in body if SHUFFLE.search(t)), None)
+    if exchange is None:
+        exchange = next(((r.line, r.text) for r in p.reductions if r.op in WARP_OPS), None)
+    if exchange is None:
+        wrapper = next((name for name, line in callee.items() if name != short and _shuffles(ctx, line)), None)
+        call = re.compile(rf"\b{re.escape(wrapper)}\s*(?:<[^;()]*>)?\s*\(") if wrapper else None
+        exchange = next(((ln, t.strip()) for ln, t in body if call.search(t)), None) if call else None
+    if exchange is None:
+        return None
+    return Hit.at(p.line, p.end_line, shuffle=exchange[1], shuffle_line=exchange[0], recursion_line=recursion)
+
+
+def _shuffles(ctx: Ctx, line: int) -> bool:
+    """The function defined at ``line`` of this file exchanges lanes in its own body."""
+    depth, opened = 0, False
+    for ln in range(line, line + 60):
+        t = ctx.text(ln)
+        depth += t.count("{") - t.count("}")
+        opened = opened or "{" in t
+        if opened and SHUFFLE.search(t):
+            return True
+        if opened and depth <= 0:
+            return False
+    return False
 
 
 class WarpLevelReduction(Rule):
