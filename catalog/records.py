@@ -168,6 +168,10 @@ class LaunchSite:
     # or set by the kernel's heuristics or autotune), so programs differing only in that tile are siblings
     # that read each other's shared data (Triton frontend).
     grid_tiles: tuple[str, ...] = ()
+    # How the launch reaches the kernel (Triton frontend): "" for ``kernel[grid](...)`` in the host code;
+    # "wrapper NAME" for a call of a same-file function that launches its kernel argument; "field OBJ.F"
+    # for ``OBJ.F[grid](...)`` with the field bound to the kernel. Rewrites edit direct launches only.
+    via: str = ""
 
 
 @dataclass(frozen=True)

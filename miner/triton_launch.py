@@ -169,6 +169,7 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         num_warps=None if nw is None else _value(nw, scope, src),
         num_stages=None if ns is None else _value(ns, scope, src),
         grid_tiles=tiles,
+        via=f"field {src.text(call.func.value)}" if isinstance(call.func.value, ast.Attribute) else "",
     )
 
 

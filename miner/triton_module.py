@@ -211,12 +211,14 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
         tree = blocks.tree(i)
         index = ModuleIndex(tree, blocks.text)
         if i in launch_blocks:
-            calls = launch_calls(index.simple_statements, lines, all_names, aliases)
-            calls += wrapper_calls(index.simple_statements, lines, outline.wrappers, all_names)
-            for name, call, fn in calls:
+            calls = [(n, c, fn, "") for n, c, fn in launch_calls(index.simple_statements, lines, all_names, aliases)]
+            calls += [(n, c, fn, "wrapper " + w) for n, c, fn, w in
+                      wrapper_calls(index.simple_statements, lines, outline.wrappers, all_names)]
+            for name, call, fn, via in calls:
                 for k in by_name.get(name, ()):
+                    site = launch_site(call, fn, k.params, outline.base, src, scopes)
                     sites[(k.line, k.name)].append(((call.lineno, call.col_offset),
-                                          launch_site(call, fn, k.params, outline.base, src, scopes)))
+                                                    replace(site, via=via) if via else site))
         if i in defs_in:
             fns = {fn.lineno: fn for fn in index.functions}
             for k in defs_in[i]:

@@ -106,8 +106,8 @@ def launch_call(call: ast.Call, w: Wrapper, kernels: set[str]) -> tuple[str, ast
 
 
 def wrapper_calls(statements, lines: list[int], wrappers: dict[str, Wrapper],
-                  kernels: set[str]) -> list[tuple[str, ast.Call, ast.AST | None]]:
-    """(kernel, rebuilt launch, enclosing function) for the wrapper calls in the statements that span
+                  kernels: set[str]) -> list[tuple[str, ast.Call, ast.AST | None, str]]:
+    """(kernel, rebuilt launch, enclosing function, wrapper name) for the wrapper calls in the statements that span
     one of ``lines`` (ascending), in line order: what ``triton_launch.launch_calls`` gives for direct
     launches."""
     out = []
@@ -121,6 +121,6 @@ def wrapper_calls(statements, lines: list[int], wrappers: dict[str, Wrapper],
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in wrappers:
                 made = launch_call(n, wrappers[n.func.id], kernels)
                 if made:
-                    out.append((made[0], made[1], fn))
+                    out.append((made[0], made[1], fn, n.func.id))
     out.sort(key=lambda t: (t[1].lineno, t[1].col_offset))
     return out

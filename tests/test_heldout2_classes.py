@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from conftest import finding_kinds as kinds, mine_text as mine
 
+from skel.miner.detect import evaluate
+from skel.rewriter.base import SKIPPED, RewriteOptions
+from skel.skeletons.library import load_library
+
 
 RMS_TYPED_EPS = '''
 import torch
@@ -332,8 +336,18 @@ def test_a_launch_through_a_same_file_wrapper_is_the_kernels_launch():
     line = next(i for i, t in enumerate(LAUNCH_WRAPPER.splitlines(), 1) if t.strip().startswith("_launch(scale_kernel"))
     assert [s.line for s in prof.launches] == [line]
     assert dict(prof.launches[0].constexpr_values)["BLOCK"] == 1024 and prof.launches[0].num_warps == 4
-    assert kinds(fs, "fill_kernel", "SK015") == {"opportunity"}, "y = torch.zeros only stored: the launch is seen"
-    assert kinds(fs, "fill_kernel", "SK005") == {"opportunity"}
+    assert prof.launches[0].via == "wrapper _launch"
+    # y = torch.zeros is only stored through (SK015) and BLOCK is a free tile (SK005), but both rewrites edit
+    # direct kernel[grid](...) launches only: mining holds the opportunities back and says why, as apply would
+    fill = next(p for p in profiles if p.name == "fill_kernel")
+    for code in ("SK015", "SK005"):
+        assert kinds(fs, "fill_kernel", code) == set(), code
+        results = {r.id: r for r in evaluate(load_library().get(code), fill, LAUNCH_WRAPPER)}
+        assert not results["launched-directly"].holds and "through wrapper _launch" in results["launched-directly"].detail
+        others = [r for cid, r in results.items() if cid != "launched-directly"]
+        assert all(r.holds for r in others), [(r.id, r.detail) for r in others if not r.holds]
+        assert load_library().get(code).rule.rewrite.raw(LAUNCH_WRAPPER, RewriteOptions(kernel="fill_kernel"))[0].status \
+            == SKIPPED, code
 
 
 def test_a_widened_row_scaled_into_an_address_passed_to_a_helper_is_an_instance():

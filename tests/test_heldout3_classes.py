@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from conftest import finding_kinds as kinds, mine_text as mine
 
+from skel.miner.detect import evaluate
+from skel.skeletons.library import load_library
+
 
 FLAT_HEAD_GROUP_SPLIT = '''
 import triton
@@ -149,7 +152,11 @@ def test_a_launch_through_a_field_bound_to_the_kernel_is_the_kernels_launch():
     launched = {p.name: [s.line for s in p.launches] for p in profiles}
     assert launched["_scale_kernel"] == [39] and launched["_copy_kernel"] == [45]
     assert kinds(fs, "_scale_kernel", "SK015") == {"instance"}, "y = torch.empty_like(x), fully stored"
-    assert kinds(fs, "_copy_kernel", "SK005") == {"opportunity"}, "BLOCK = 256 only partitions the copy"
+    # BLOCK = 256 only partitions the copy, but the search rewrites direct launches only: held back, with why
+    copy = next(p for p in profiles if p.name == "_copy_kernel")
+    assert copy.launches[0].via == "field IMPLS.copy" and kinds(fs, "_copy_kernel", "SK005") == set()
+    why = {r.id: r for r in evaluate(load_library().get("SK005"), copy, KERNELS_BOUND_TO_FIELDS)}["launched-directly"]
+    assert not why.holds and "through field IMPLS.copy" in why.detail
 
 
 TILE_FROM_A_VARIABLE = '''

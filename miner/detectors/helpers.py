@@ -87,3 +87,13 @@ def terms(expr: str, sep: str = "+-") -> list[str]:
             prev = c
     out.append(cur.strip())
     return [t for t in out if t]
+
+
+def indirect_launch(ctx: Ctx, lines) -> str | None:
+    """Why none of the launches at ``lines`` is one a rewrite can edit (each goes through a wrapper function
+    or a bound field: ``LaunchSite.via``), or None when one of them is a direct ``kernel[grid](...)``."""
+    vias = [next((s.via for s in ctx.p.launches if s.line == ln), "") for ln in lines]
+    if not vias or any(not v for v in vias):
+        return None
+    return (f"line {lines[0]}: {ctx.p.name} is launched through {vias[0]}; the rewrite edits only a direct "
+            f"{ctx.p.name}[grid](...) launch in the host code (change the wrapped call by hand)")

@@ -13,7 +13,7 @@ import heapq
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
-from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function
+from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function, indirect_launch
 from skel.rewriter.launch_search import MARKER
 from skel.rewriter.launch_search import rewrite as _launch_rewrite
 from skel.skeletons.rule import Rule, folder_code
@@ -226,16 +226,25 @@ def not_already_searched(ctx: Ctx) -> Check:
     return yes(f"no '# {MARKER}' marker in the file")
 
 
+def launched_directly(ctx: Ctx) -> Check:
+    lines = [s.line for s in ctx.p.launches if _free(ctx, s)]
+    if not lines:
+        return no("no tunable launch parameter")
+    why = indirect_launch(ctx, lines)
+    return no(why) if why else yes(f"line {lines[0]}: a direct launch the search can rewrite")
+
+
 CONDITIONS = {
     "launch-has-tunable-constexpr": launch_has_tunable_constexpr,
     "not-autotuned": not_autotuned,
     "not-already-searched": not_already_searched,
     "tile-param-free-of-correctness-role": tile_param_free_of_correctness_role,
+    "launched-directly": launched_directly,
 }
 
 
 def candidates(ctx: Ctx) -> list[Hit]:
-    return [Hit.at(s.line, s.line, **_free(ctx, s)) for s in ctx.p.launches if _free(ctx, s)]
+    return [Hit.at(s.line, s.line, **_free(ctx, s)) for s in ctx.p.launches if _free(ctx, s) and not s.via]
 
 
 def instances(ctx: Ctx) -> list[Hit]:

@@ -29,7 +29,7 @@ import libcst as cst
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.miner.detectors.helper_params import accesses_through
-from skel.miner.detectors.helpers import root_param
+from skel.miner.detectors.helpers import indirect_launch, root_param
 from skel.rewriter import cst as C
 from skel.rewriter import cst_flow as F
 from skel.rewriter.base import Change, Rewrite, RewriteOptions
@@ -156,17 +156,27 @@ def stores_look_complete(ctx: Ctx) -> Check:
     return yes("no early return on data, no block-pointer store, no autotune reset of the buffer")
 
 
+def launched_directly(ctx: Ctx) -> Check:
+    rows = _zero_sites(ctx)
+    if not rows:
+        return no("no zero-filled buffer")
+    why = indirect_launch(ctx, [ln for _a, ln, _n, _p in rows])
+    return no(why) if why else yes("the buffer reaches a direct launch in its host function")
+
+
 CONDITIONS = {
     "host-zero-fills-output": host_zero_fills_output,
     "kernel-only-stores-output": kernel_only_stores_output,
     "not-read-before-launch": not_read_before_launch,
     "stores-look-complete": stores_look_complete,
+    "launched-directly": launched_directly,
 }
 
 
 def candidates(ctx: Ctx) -> list[Hit]:
     return [Hit.at(a, a, buffer=n, parameter=p, launch_line=ln) for a, ln, n, p in _zero_sites(ctx)
-            if _store_only(ctx, p) is None and _early_read(ctx, n, a, ln) is None and _incomplete(ctx, p) is None]
+            if _store_only(ctx, p) is None and _early_read(ctx, n, a, ln) is None and _incomplete(ctx, p) is None
+            and indirect_launch(ctx, [ln]) is None]
 
 
 def instances(ctx: Ctx) -> list[Hit]:
