@@ -237,3 +237,41 @@ def test_a_tile_that_indexes_a_per_tile_tensor_in_the_kernel_is_no_search_opport
     _, fs = mine(PER_TILE_SCALES)
     assert not kinds(fs, "dequant_kernel", "SK005"), "s_ptr + pid_m * cdiv(N, BLOCK_SIZE) + pid_n: one scale per tile"
     assert kinds(fs, "scale_kernel", "SK005") == {"opportunity"}, "a tile count inside lane offsets is no layout"
+
+
+SAME_SHORT_NAME_HELPERS = r'''
+struct WarpSum {
+    static __device__ float sum(float x) {
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
+        return x;
+    }
+    static __device__ float twice(float x) { return sum(x) + sum(x); }
+};
+struct Scale {
+    static __device__ float sum(float x) { return x * 2.0f; }
+};
+__global__ void by_warp(const float* in, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = WarpSum::sum(i < n ? in[i] : 0.f);
+    if (threadIdx.x == 0) out[blockIdx.x] = v;
+}
+__global__ void by_scale(const float* in, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = Scale::sum(i < n ? in[i] : 0.f);
+    if (threadIdx.x == 0) out[blockIdx.x] = v;
+}
+__global__ void by_sibling(const float* in, float* out) {
+    out[blockIdx.x] = WarpSum::twice(in[threadIdx.x]);
+}
+'''
+
+
+def test_helpers_sharing_a_short_name_pass_findings_only_to_their_own_callers():
+    """``WarpSum::sum`` shuffles, ``Scale::sum`` does not: a call qualified by one owner reaches that
+    owner's helper only (it reached whichever came first), and a member's unqualified call of a sibling
+    (``sum(x)`` in ``WarpSum::twice``) is the sibling."""
+    _, fs = mine(SAME_SHORT_NAME_HELPERS, "cuda", "k.cu")
+    assert kinds(fs, "WarpSum::sum", "SK013") == {"instance"}
+    assert kinds(fs, "by_warp", "SK013") == {"instance"}
+    assert kinds(fs, "by_scale", "SK013") == set(), "Scale::sum does not shuffle"
+    assert kinds(fs, "by_sibling", "SK013") == {"instance"}, "WarpSum::twice calls its sibling sum"
