@@ -17,6 +17,7 @@ from pathlib import Path
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
+from skel.harness.npu import npu_evidence
 from skel.harness.layout import alloc_shape, read_shapes
 from skel.harness.reference import Reference, find_reference
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
@@ -112,6 +113,10 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         raise HarnessError(f"{path}: its kernels ({', '.join(kernels)}) are launched from no function of this file; "
                            "launched from another file, they can be judged through that launcher "
                            "(skel capture records its calls from your own test or benchmark)")
+    npu = npu_evidence(path, tree)
+    if npu is not None:
+        raise HarnessError(f"{path}: written for NPUs ({npu}): neither a CUDA GPU nor Triton's CPU interpreter"
+                           " runs it as written, so skel cannot judge it here")
     if entry is None:
         entry = sorted(found, key=launcher_rank)[0]
     if entry not in found:

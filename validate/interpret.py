@@ -12,6 +12,7 @@ holds, never what it computes; in compiled mode it is not used.
 """
 from __future__ import annotations
 
+import ast
 import sys
 from types import ModuleType
 from typing import Any
@@ -119,6 +120,53 @@ def float_scalars_as_tensors() -> bool:
     implicit_cvt._skel_floats = True
     interpreter._implicit_cvt = implicit_cvt
     return True
+
+
+def loop_indices_as_tensors() -> bool:
+    """Give a ``range`` / ``tl.range`` loop index the compiled type: an integer scalar tensor.
+
+    Compiled Triton lowers such a loop to ``scf.for``, whose index is a tensor (``i_t.to(tl.int64)``, as
+    FLA's chunk kernels write, is valid there); the interpreter runs the loop in Python, so the index is
+    a bare int and the *original* fails ("'int' object has no attribute 'to'"). The interpreter already
+    rewrites every assignment in a kernel's source to pass through ``to_tensor``; this extends that
+    source rewrite with one assignment ``i = i`` at the top of each such loop body. ``tl.static_range``
+    loops are left alone: their index is a compile-time constant in compiled code too. The values the
+    kernel computes do not change (int32 unless the value needs more, as for any scalar the interpreter
+    types). Returns whether it applied.
+    """
+    try:
+        import triton.runtime.interpreter as interpreter
+    except ImportError:
+        return False
+    rewriter = getattr(interpreter, "FunctionRewriter", None)
+    current = getattr(rewriter, "ast_transformer", None)
+    if current is None or not hasattr(current, "visit_Assign"):
+        return False
+    if getattr(current, "_skel_loops", False):
+        return True
+
+    class LoopIndexAsTensor(type(current)):
+        _skel_loops = True
+
+        def visit_For(self, node: ast.For) -> ast.For:
+            self.generic_visit(node)
+            if isinstance(node.target, ast.Name) and _dynamic_range(node.iter):
+                name = node.target.id
+                rebind = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=ast.Name(id=name, ctx=ast.Load()))
+                node.body.insert(0, ast.copy_location(self.visit_Assign(rebind), node))
+            return node
+
+    rewriter.ast_transformer = LoopIndexAsTensor()
+    getattr(interpreter.InterpretedFunction, "rewritten_fn", {}).clear()  # rewritten before: rewrite again
+    return True
+
+
+def _dynamic_range(node: ast.expr) -> bool:
+    """``range(...)``, ``tl.range(...)`` or ``triton.language.range(...)``: a loop compiled to ``scf.for``."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id == "range") or (isinstance(func, ast.Attribute) and func.attr == "range")
 
 
 def one_config_autotune(module: ModuleType) -> list[str]:
