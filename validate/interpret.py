@@ -17,6 +17,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from skel.validate.libdevice import LibdeviceStandIn, is_libdevice_function, is_libdevice_module, numpy_stand_in
+
 
 def _is_builtin(value: Any) -> bool:
     return callable(value) and getattr(value, "__triton_builtin__", False) is True
@@ -70,27 +72,28 @@ def late_bind_aliases(module: ModuleType) -> list[str]:
         for alias, value in list(space.items()):
             if alias.startswith("__"):
                 continue
-            if _is_builtin(value):
+            if is_libdevice_function(value) and _libdevice(value.__name__) is not None:
+                space[alias] = _libdevice(value.__name__)
+                done.append(f"{label}.{alias} -> {space[alias].__skel_late_bound__} (libdevice has no interpreter)")
+            elif _is_builtin(value):
                 home = _home(value)
                 if home is not None and home[0] is not sys.modules.get(label):
                     space[alias] = _late(*home)
                     done.append(f"{label}.{alias} -> {home[0].__name__}.{home[1]}")
-            elif _is_libdevice(value):
-                import triton.language as tl
-
-                space[alias] = _late(tl.math, value.__name__)
-                done.append(f"{label}.{alias} -> triton.language.math.{value.__name__} (libdevice has no interpreter)")
+            elif is_libdevice_module(value):
+                space[alias] = LibdeviceStandIn(value, _libdevice)
+                done.append(f"{label}.{alias} -> its functions' tl.math or numpy namesakes (libdevice has no interpreter)")
     return done
 
 
-def _is_libdevice(value: Any) -> bool:
-    """A libdevice function (``from triton.language.extra.libdevice import rsqrt``): a stub the compiler
-    dispatches and the interpreter does not implement; its tl.math namesake computes the same function."""
+def _libdevice(name: str):
+    """What stands in for libdevice's ``name`` in the interpreter: its tl.math namesake (bound late), else
+    the numpy function that computes it (validate/libdevice.py), else None (left as it is)."""
     import triton.language as tl
 
-    module = getattr(value, "__module__", "") or ""
-    return callable(value) and module.startswith("triton.language.extra") and module.endswith("libdevice") \
-        and _is_builtin(getattr(tl.math, getattr(value, "__name__", ""), None))
+    if _is_builtin(getattr(tl.math, name, None)):
+        return _late(tl.math, name)
+    return numpy_stand_in(name)
 
 
 def float_scalars_as_tensors() -> bool:
