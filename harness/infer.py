@@ -139,13 +139,14 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                 f" {fn.name} launches no kernel: the launch of {launch.kernel} is under a condition that path does"
                 " not take (--variant ARG sets a flag or passes an Optional argument)")
         launch = lf.launches[0]
-        more = tuple(sorted(lf.required - set(tensors) - set(variants)))
+        more = tuple(sorted((lf.required | _dereferenced(lf)) - set(tensors) - set(variants)))
         st = State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n],
                    grid=grid_extents(lf, launch))
         if not more:
             break
         variants += more
-        st.notes.append(f"{', '.join(more)}: required on the default path (the launcher asserts it is not None)")
+        st.notes.append(f"{', '.join(more)}: required on the default path (the launcher asserts it is not None,"
+                        " or uses it as a tensor under no condition)")
     tensors = _tensor_params(st, variants)
     flags = _flags(st, kernel, launch, env)
     st.kf = kernel_facts(kernel, flags)
@@ -194,6 +195,14 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                    inplace, tuple(st.notes), others, written, dispatch,
                    next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
                    reference)
+
+
+def _dereferenced(lf: LauncherFacts) -> set[str]:
+    """Parameters defaulting to None that the judged path uses as tensors under no condition
+    (``dgv = torch.empty_like(gv)`` with ``gv: torch.Tensor = None`` and no ``gv is None`` test anywhere):
+    the launcher cannot run without them, so the default path is the one that passes them."""
+    return {name for name in lf.dereferenced if (p := lf.param(name)) is not None and p.has_default
+            and p.default is None and name not in lf.none_tested and name not in lf.conditions}
 
 
 def _other_launches(st: State, kernels: dict[str, ast.FunctionDef], env: dict[str, object]) -> list[State]:
