@@ -346,6 +346,9 @@ class _Reader(ast.NodeVisitor):
             return
         op, left, right = test.ops[0], test.left, test.comparators[0]
         eq = isinstance(op, ast.Eq) if holds else isinstance(op, ast.NotEq)
+        if eq and isinstance(left, ast.Name) and isinstance(right, ast.Name) and left.id != right.id \
+                and left.id in self.f.dims and right.id in self.f.dims:
+            self._same_dim(left.id, right.id)
         if eq:
             ls, rs = _shape_source(left, self.shapes), _shape_source(right, self.shapes)
             if ls and rs and isinstance(ls[1], int) and isinstance(rs[1], int):
@@ -369,6 +372,16 @@ class _Reader(ast.NodeVisitor):
             values = self._values_of(right)
             if values:
                 self.f.choices[left.id] = values
+
+    def _same_dim(self, a: str, b: str) -> None:
+        """``K2, M = phi.shape; assert K2 == K``: one dim, named as first read (K); the other is an alias."""
+        keep, drop = (a, b) if list(self.f.dims).index(a) < list(self.f.dims).index(b) else (b, a)
+        for axes in self.f.axes.values():
+            for axis, dim in axes.items():
+                if dim == drop:
+                    axes[axis] = keep
+        del self.f.dims[drop]
+        self.f.dim_alias[drop] = keep
 
     def _values_of(self, node: ast.AST) -> tuple:
         if isinstance(node, ast.Name) and node.id in self.module_values:
