@@ -172,6 +172,48 @@ def _dynamic_range(node: ast.expr) -> bool:
     return (isinstance(func, ast.Name) and func.id == "range") or (isinstance(func, ast.Attribute) and func.attr == "range")
 
 
+def bf16_on_values() -> bool:
+    """bf16 arithmetic and ``tl.dot`` on bf16 operands compute on the values, as compiled code does.
+
+    The interpreter keeps bf16 data as its uint16 bits, and its dot and elementwise ops (``a * b``,
+    ``a + b``, comparisons) compute on those bits as integers: FLA's chunk kernels (``b_k * b_b[:, None]``
+    on bf16 loads, casts to bf16 before ``tl.dot``) returned 1e9 or inf in the *original*. This widens bf16
+    operands to fp32 first, exactly (every bf16 is an fp32), and rounds a float result back to bf16 to
+    nearest, what the hardware does for one bf16 op; a dot's accumulator type, and so its result's, is
+    unchanged. Returns whether it applied."""
+    try:
+        import triton.language as tl
+        import triton.runtime.interpreter as interpreter
+    except ImportError:
+        return False
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    dot, binary = getattr(builder, "create_dot", None), getattr(builder, "binary_op", None)
+    if dot is None or binary is None or not hasattr(builder, "cast_impl"):
+        return False
+    if getattr(dot, "_skel_bf16", False):
+        return True
+    handle = interpreter.TensorHandle
+
+    def wide(self, x):
+        return self.cast_impl(x, tl.float32) if x.dtype.scalar == tl.bfloat16 else x
+
+    def create_dot(self, a, b, d, *args, **kwargs):
+        return dot(self, wide(self, a), wide(self, b), d, *args, **kwargs)
+
+    def binary_op(self, lhs, rhs, op):
+        if lhs.dtype.scalar != tl.bfloat16 or rhs.dtype.scalar != tl.bfloat16:
+            return binary(self, lhs, rhs, op)
+
+        out = op(wide(self, lhs).data, wide(self, rhs).data)
+        if out.dtype.kind != "f":  # a comparison: its truth on the values, typed as the interpreter types it
+            return handle(out, lhs.dtype.scalar)
+        return self.cast_impl(handle(out.astype("float32"), tl.float32), tl.bfloat16)
+
+    create_dot._skel_bf16 = True
+    builder.create_dot, builder.binary_op = create_dot, binary_op
+    return True
+
+
 def one_config_autotune(module: ModuleType) -> list[str]:
     """Autotuned kernels reachable from ``module`` keep only their first config.
 
