@@ -162,7 +162,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         read_shapes(st, [t for t in tensors if t not in cuts], path, others)
         offsets, packed = _packing(st, tensors, cuts, path)
     dim_list = _dims(st, tensors, dims or {})
-    tensor_args = tuple(_tensor_arg(st, t) for t in tensors)
+    tensor_args = tuple(_tensor_arg(st, t, others) for t in tensors)
     values = _values(st, tensors, variants, {d.name for d in dim_list})
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
@@ -411,7 +411,7 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ..
 
 
 # -- values ----------------------------------------------------------------------------------------------
-def _tensor_arg(st: State, t: str) -> TensorArg:
+def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
     use = pointer(st, t)
     dtype, why = "work", "the spec's dtype"
     if t in st.lf.dtypes:
@@ -434,15 +434,19 @@ def _tensor_arg(st: State, t: str) -> TensorArg:
         return TensorArg(t, st.shapes[t], "int32", "slots-padded" if padded else "slots",
                          f"its values index '{st.kf.index_tensors[kparam]}' in {st.kf.name}: distinct slots of the pool"
                          + (", about a quarter -1 (the kernel skips negative slots)" if padded else ""))
-    if use is not None and use.regime == "log-decay":
-        values, vwhy = "log-decay", f"{st.kf.name} takes exp() of it: log-decays in (-inf, 0), logsigmoid(N(0, 1))"
-    elif use is not None and use.regime == "positive":
-        values, vwhy = "positive", f"{st.kf.name} takes log/sqrt of it: U(0.5, 2)"
-    elif use is not None and use.regime == "unit-interval":
-        values, vwhy = "unit-interval", (f"{st.kf.name} applies sigmoid to it only under a flag off on this path:"
+    # the judged kernel's reading first, then the launcher's other kernels on this path (a pipeline)
+    regime, kname = next(((u.regime, o.kf.name) for o in (st, *others) if (u := pointer(o, t)) is not None
+                          and u.regime), ("", st.kf.name))
+    if regime == "log-decay":
+        values, vwhy = "log-decay", (f"{kname} takes exp() of it (or of its cumulative sum): log-decays in"
+                                     " (-inf, 0), logsigmoid(N(0, 1))")
+    elif regime == "positive":
+        values, vwhy = "positive", f"{kname} takes log/sqrt of it (or of sums and products of it): U(0.5, 2)"
+    elif regime == "unit-interval":
+        values, vwhy = "unit-interval", (f"{kname} applies sigmoid to it only under a flag off on this path:"
                                          " the caller passes sigmoid outputs, sigmoid(N(0, 1))")
-    elif use is not None and use.regime == "unit-norm":
-        values, vwhy = "unit-norm", (f"{st.kf.name} L2-normalises it only under a flag off on this path: the caller"
+    elif regime == "unit-norm":
+        values, vwhy = "unit-norm", (f"{kname} L2-normalises it only under a flag off on this path: the caller"
                                      " passes unit rows, N(0, 1) normalised over the last dim")
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
 

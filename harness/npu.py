@@ -9,10 +9,9 @@ the harness refuses them with the evidence instead of letting the gate reject th
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
-
-from skel.validate.load import enclosing_package
 
 # words of a dotted module name (split on "." and "_") that name an NPU platform or its toolkit
 NPU_WORDS = frozenset({"npu", "ascend", "cann"})
@@ -25,9 +24,10 @@ def _npu_module(dotted: str) -> bool:
 def npu_evidence(path: Path, tree: ast.Module) -> str | None:
     """Why the file at ``path`` (parsed as ``tree``) targets an NPU only, or None: its own package, else
     the first import (line number) of an NPU module."""
-    package = enclosing_package(path)
-    if package is not None and _npu_module(package[0]):
-        return f"it belongs to the NPU backend package {package[0]}"
+    folders = itertools.takewhile(lambda f: (f / "__init__.py").is_file(), path.parents)  # its package chain
+    package = ".".join(reversed([f.name for f in folders]))
+    if package and _npu_module(package):
+        return f"it belongs to the NPU backend package {package}"
     for node in ast.walk(tree):
         modules: list[str] = []
         if isinstance(node, ast.Import):

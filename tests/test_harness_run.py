@@ -212,3 +212,44 @@ def test_dims_asserted_equal_by_name_are_one_dim(tmp_path):
     assert [d.name for d in h.dims] == ["N", "K", "M"]
     shape = Shape.of(N=2, K2=64, M=8, HV=4)  # a name holding a digit still reads back from its label
     assert shape.label == "N2-K2=64-M8-HV4" and Shape.parse(shape.label) == shape
+
+
+REGIMES = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _precond_kernel(k, beta, g_atk, lg, x, o, T, eps, K: tl.constexpr, BT: tl.constexpr):
+    i_b = tl.program_id(0)
+    o_k = tl.arange(0, K)
+    o_t = tl.arange(0, BT)
+    b_a = tl.zeros([K], dtype=tl.float32)
+    for t in range(T):
+        b_k = tl.load(k + (i_b * T + t) * K + o_k).to(tl.float32)
+        b_beta = tl.load(beta + i_b * T + t).to(tl.float32)
+        b_g = tl.load(g_atk + i_b * T + t).to(tl.float32)
+        b_a = tl.exp(b_g) * b_a + b_beta * (b_k * b_k)
+        tl.store(o + (i_b * T + t) * K + o_k, b_k * tl.log(b_a + eps))
+    b_lg = tl.load(lg + i_b * T + o_t, mask=o_t < T, other=0.0)
+    b_x = tl.load(x + i_b * T + o_t, mask=o_t < T, other=0.0)
+    b_p = tl.exp(b_x - tl.max(b_x, 0)) * tl.exp(tl.sum(b_lg, 0) - tl.cumsum(b_lg, 0))
+    tl.store(o + (i_b * T + o_t) * K, b_p / tl.sqrt(tl.sum(b_x * b_x, 0)), mask=o_t < T)
+
+
+def precond(k, beta, g_atk, lg, x, eps: float = 1e-6):
+    B, T, K = k.shape
+    o = torch.empty_like(k)
+    _precond_kernel[(B,)](k, beta, g_atk, lg, x, o, T, eps, K=K, BT=16)
+    return o
+'''
+
+
+def test_values_kept_in_their_regime_by_what_the_code_does_with_them(tmp_path):
+    """beta reaches a log argument through products and sums only (an accumulator of beta * k^2):
+    positive; lg is cumulated inside exp: log-decays; g_atk is exp'd: log-decay. x is exp'd only as a
+    difference with its max and sqrt'd only as a square: no assumption (N(0, 1)), nor for k (squared)."""
+    h = infer(tmp_path / "precond.py", REGIMES)
+    assert {t.name: t.values for t in h.tensors} == {"k": "normal", "beta": "positive", "g_atk": "log-decay",
+                                                    "lg": "log-decay", "x": "normal"}
