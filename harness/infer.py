@@ -11,14 +11,15 @@ and its outermost dim off a tensor of known shape indexed by the same program id
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
-from skel.harness.npu import npu_evidence
 from skel.harness.layout import alloc_shape, read_shapes
+from skel.harness.npu import npu_evidence
 from skel.harness.reference import Reference, find_reference
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
 
@@ -150,6 +151,12 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     tensors = _tensor_params(st, variants)
     flags = _flags(st, kernel, launch, env)
     st.kf = kernel_facts(kernel, flags)
+    dereferenced = _dereferenced_in_kernel(st, tensors, variants)
+    if dereferenced:  # the default path would hand the kernel None to load through: judge the path passing them
+        h = infer(path, source, entry, variants + dereferenced, dims)
+        note = (f"{', '.join(dereferenced)}: Optional, but {kernel.name} loads or stores through it under no flag"
+                " this path turns off: passed")
+        return dataclasses.replace(h, notes=(note, *h.notes))
     if flags:
         st.notes.append("kernel read on the path " + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())))
     cuts = [t for t in tensors if kernel_param(st, t) in st.kf.offsets]
@@ -195,6 +202,15 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                    inplace, tuple(st.notes), others, written, dispatch,
                    next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
                    reference)
+
+
+def _dereferenced_in_kernel(st: State, tensors: list[str], variants: tuple[str, ...]) -> tuple[str, ...]:
+    """Optional parameters left out on the judged path that the kernel, read with that path's flags,
+    still loads or stores through (``beta: Tensor | None = None`` passed straight on, loaded with no
+    ``USE_BETA`` guard): None there is no harness, it is a crash of the original."""
+    return tuple(p.name for p in st.lf.params if p.optional and p.name not in tensors and p.name not in variants
+                 and p.name not in st.lf.none_tested  # `if out is None: out = ...`: the launcher fills it in
+                 and (use := pointer(st, p.name)) is not None and (use.loaded or use.stored))
 
 
 def _dereferenced(lf: LauncherFacts) -> set[str]:

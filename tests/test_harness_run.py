@@ -253,3 +253,42 @@ def test_values_kept_in_their_regime_by_what_the_code_does_with_them(tmp_path):
     h = infer(tmp_path / "precond.py", REGIMES)
     assert {t.name: t.values for t in h.tensors} == {"k": "normal", "beta": "positive", "g_atk": "log-decay",
                                                     "lg": "log-decay", "x": "normal"}
+
+
+OPTIONAL_BETA = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kkt_kernel(k, g, beta, A, T, K: tl.constexpr, BT: tl.constexpr, USE_G: tl.constexpr):
+    i_b = tl.program_id(0)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < T
+    b_b = tl.load(beta + i_b * T + o_t, mask=m_t, other=0.0)
+    b_k = tl.load(k + (i_b * T + o_t[:, None]) * K + tl.arange(0, K)[None, :], mask=m_t[:, None], other=0.0)
+    b_A = tl.sum(b_k[:, None, :] * b_k[None, :, :], 2) * b_b[:, None]
+    if USE_G:
+        b_g = tl.load(g + i_b * T + o_t, mask=m_t, other=0.0)
+        b_A *= tl.exp(b_g[:, None] - b_g[None, :])
+    tl.store(A + (i_b * T + o_t[:, None]) * BT + o_t[None, :], b_A, mask=m_t[:, None])
+
+
+def kkt(k: torch.Tensor, g: torch.Tensor | None = None, beta: torch.Tensor | None = None,
+        A: torch.Tensor | None = None):
+    B, T, K = k.shape
+    if A is None:
+        A = torch.empty(B, T, 16, device=k.device, dtype=torch.float32)
+    _kkt_kernel[(B,)](k, g, beta, A, T, K=K, BT=16, USE_G=g is not None)
+    return A
+'''
+
+
+def test_an_optional_the_kernel_loads_with_no_flag_is_passed(tmp_path):
+    """``beta: Tensor | None = None`` handed straight to a kernel that loads it unguarded: the default
+    path would crash the original, so beta is passed; ``g``, loaded only under ``USE_G = g is not None``,
+    stays None on the judged path, and so does ``A``, which the launcher allocates when it is None."""
+    h = infer(tmp_path / "kkt.py", OPTIONAL_BETA)
+    assert {t.name: t.dims for t in h.tensors} == {"k": ("B", "T", "K"), "beta": ("B", "T")}
+    assert h.notes[0].startswith("beta: Optional, but _kkt_kernel loads or stores through it"), h.notes
