@@ -292,3 +292,50 @@ def test_an_optional_the_kernel_loads_with_no_flag_is_passed(tmp_path):
     h = infer(tmp_path / "kkt.py", OPTIONAL_BETA)
     assert {t.name: t.dims for t in h.tensors} == {"k": ("B", "T", "K"), "beta": ("B", "T")}
     assert h.notes[0].startswith("beta: Optional, but _kkt_kernel loads or stores through it"), h.notes
+
+
+SIBLING = '''\
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=2)], key=["n"])
+@triton.jit
+def _square_kernel(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * n + tl.arange(0, BLOCK)
+    m = tl.arange(0, BLOCK) < n
+    b_x = tl.load(x + offs, mask=m, other=0.0)
+    tl.store(y + offs, b_x * b_x, mask=m)
+
+
+def _logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@_logged
+def square(x):
+    y = torch.empty_like(x)
+    _square_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
+USES_SIBLING = LOOPS.replace("import triton.language as tl\n", "import triton.language as tl\n\nfrom sibling_ops import square\n", 1) \
+    .replace("    return y\n", "    y.copy_(square(y))\n    return y\n")
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_a_launcher_imported_from_a_sibling_module_has_its_autotuner_trimmed(mutated, tmp_path, monkeypatch):
+    """The judged launcher calls ``square`` from another module (wrapped by a decorator): that module's
+    autotuned kernel would benchmark its two configs through a driver the interpreter has none of."""
+    (tmp_path / "sibling_ops.py").write_text(SIBLING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = _judge(tmp_path, monkeypatch, USES_SIBLING, "uses_sibling", "chunk_scale", "float32",
+                    ("acc * (i_t + 1)", "acc * (i_t + 2)") if mutated else None)
+    assert result.error is None, result.error
+    assert result.accepted != mutated, result.reasons

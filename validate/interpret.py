@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 from skel.validate.libdevice import LibdeviceStandIn, is_libdevice_function, is_libdevice_module, numpy_stand_in
@@ -48,8 +48,10 @@ def _late(module: ModuleType, name: str):
 
 def _namespaces(module: ModuleType):
     """``(name, globals)`` of ``module`` and of the module of every jitted function reachable from it
-    (through Triton's wrappers: heuristics -> autotuner -> jit function -> its Python function), each once.
-    The caller may rebind names in a namespace before the walk looks into it for more."""
+    (through Triton's wrappers: heuristics -> autotuner -> jit function -> its Python function), and of
+    every plain function it holds whose own module defines kernels (a launcher imported from a sibling
+    module, unwrapped through ``functools.wraps``: its kernels run too), each once. The caller may rebind
+    names in a namespace before the walk looks into it for more."""
     seen: set[int] = set()
     spaces = [(module.__name__, vars(module))]
     while spaces:
@@ -63,6 +65,26 @@ def _namespaces(module: ModuleType):
             fn_globals = getattr(chain[-1], "__globals__", None) if len(chain) > 1 else None
             if isinstance(fn_globals, dict):
                 spaces.append((fn_globals.get("__name__", "?"), fn_globals))
+            for fn in _unwrapped(value):
+                if id(fn.__globals__) not in seen and _holds_kernels(fn.__globals__):
+                    spaces.append((fn.__globals__.get("__name__", "?"), fn.__globals__))
+
+
+def _holds_kernels(space: dict) -> bool:
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:
+        return False
+    return any(isinstance(v, KernelInterface) for v in list(space.values()))
+
+
+def _unwrapped(value: Any) -> list[Any]:
+    """``value`` and the functions it wraps through ``__wrapped__`` (functools.wraps), plain functions only."""
+    chain = []
+    while isinstance(value, FunctionType) and len(chain) < 6 and value not in chain:
+        chain.append(value)
+        value = getattr(value, "__wrapped__", None)
+    return chain
 
 
 def late_bind_aliases(module: ModuleType) -> list[str]:
