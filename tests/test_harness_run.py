@@ -94,6 +94,31 @@ def gated_gram(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     return A
 '''
 
+BF16_ROWS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_norm_kernel(x, y, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n_cols
+    b_x = tl.load(x + row * n_cols + cols, mask=m, other=0.0)
+    b_x2 = b_x * b_x
+    b_top = tl.max(b_x, 0)
+    b_rstd = tl.rsqrt(tl.sum(b_x2, 0).to(tl.float32) / n_cols + 1e-6)
+    tl.store(y + row * n_cols + cols, (b_x * b_rstd + b_top) + tl.cumsum(b_x, 0), mask=m)
+
+
+def row_norm(x: torch.Tensor) -> torch.Tensor:
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    _row_norm_kernel[(n_rows,)](x, y, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+    return y
+'''
+
 
 def _judge(tmp_path: Path, monkeypatch, source: str, name: str, entry: str, dtype: str, mutant=None):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -109,6 +134,7 @@ CASES = {  # name: (source, entry, dtype, mutant (old, new))
     "loops": (LOOPS, "chunk_scale", "bfloat16", ("acc * (i_t + 1)", "acc * (i_t + 2)")),
     "libdevice": (LIBDEVICE, "tanh_gate", "float32", ("libdevice.pow(tl.abs(b_x), 1.5)", "libdevice.pow(tl.abs(b_x), 1.25)")),
     "bf16": (BF16, "gated_gram", "bfloat16", ("b_k * b_b[:, None]", "b_k * (b_b[:, None] + 0.25)")),
+    "bf16-reductions": (BF16_ROWS, "row_norm", "bfloat16", ("b_x * b_rstd + b_top", "b_x * b_rstd - b_top")),
 }
 
 
@@ -117,7 +143,8 @@ def test_the_interpreter_runs_the_original_as_compiled_code_would(case, mutated,
     """loops: ``i_t.to(tl.int64)`` on a ``range`` loop index (a Python int in the interpreter, a tensor in
     compiled code); ``tl.static_range`` indices stay constants. libdevice: ``tanh`` and ``libdevice.pow``
     have no tl.math namesake (the interpreter returned None). bf16: ``b_k * b_b`` and ``tl.dot`` on bf16
-    loads (the interpreter multiplied the bits: the original's bf16 and upcast runs disagreed)."""
+    loads, and bf16-reductions: ``tl.sum``/``tl.max``/``tl.cumsum`` of bf16 values (the interpreter multiplied,
+    summed and ordered the bits: the original's bf16 and upcast runs disagreed)."""
     source, entry, dtype, mutant = CASES[case]
     result = _judge(tmp_path, monkeypatch, source, case, entry, dtype, mutant if mutated else None)
     assert result.error is None and result.oracle == "original", result.error

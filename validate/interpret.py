@@ -233,7 +233,33 @@ def bf16_on_values() -> bool:
 
     create_dot._skel_bf16 = True
     builder.create_dot, builder.binary_op = create_dot, binary_op
+    _bf16_reductions(interpreter, tl)
     return True
+
+
+def _bf16_reductions(interpreter: ModuleType, tl: ModuleType) -> None:
+    """``tl.sum``, ``tl.max``/``tl.min`` and ``tl.cumsum``/``cumprod`` of a bf16 tensor on its values (the
+    interpreter summed and ordered the uint16 bits): computed in fp32, results rounded back to bf16."""
+    cast = interpreter.interpreter_builder.cast_impl
+
+    def retyped(t, dtype):
+        ty = t.type.with_element_ty(dtype) if t.type.is_block() else dtype
+        return tl.tensor(cast(t.handle, dtype), ty)
+
+    def on_values(method):
+        def call(self, input, *args, **kwargs):
+            if input.dtype != tl.bfloat16:
+                return method(self, input, *args, **kwargs)
+            out = method(self, retyped(input, tl.float32), *args, **kwargs)
+            many = isinstance(out, (tuple, list))
+            back = [retyped(o, tl.bfloat16) if o.dtype == tl.float32 else o for o in (out if many else (out,))]
+            return type(out)(back) if many else back[0]
+        return call
+
+    for cls, names in ((interpreter.ReduceOps, ("sum", "min_max")), (interpreter.ScanOps, ("cumsum", "cumprod"))):
+        for name in names:
+            if hasattr(cls, name):
+                setattr(cls, name, on_values(getattr(cls, name)))
 
 
 def one_config_autotune(module: ModuleType) -> list[str]:
