@@ -605,15 +605,12 @@ def _cumulated_in_exp(fn: ast.FunctionDef, ex: _Expander) -> set[str]:
     return found
 
 
-_NONNEGATIVE = {"exp", "exp2", "sigmoid", "softplus", "abs", "sqrt"}  # whatever their argument
-
-
 def _root_terms(fn: ast.FunctionDef, ex: _Expander) -> set[str]:
     """Names whose values reach the argument of a ``log`` / ``sqrt`` only through sums, products and
     quotients, directly or through the locals that hold them (``b_a = exp(g) * b_a + b_beta * (b_k * b_k)``
     then ``tl.log(b_a + eps)``): positive values there keep the argument positive, where N(0, 1) values
-    would make it negative (NaN) about half the time. Squares and transforms that cannot be negative
-    (exp, sigmoid, abs) end a path; a difference ends it too (its sign is not the terms')."""
+    would make it negative (NaN) about half the time. Squares and calls other than sum/maximum (exp,
+    sigmoid, abs: never negative) end a path; a difference ends it too (its sign is not the terms')."""
     updates: dict[str, list[ast.AST]] = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
