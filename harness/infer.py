@@ -209,7 +209,7 @@ def _dereferenced_in_kernel(st: State, tensors: list[str], variants: tuple[str, 
     still loads or stores through (``beta: Tensor | None = None`` passed straight on, loaded with no
     ``USE_BETA`` guard): None there is no harness, it is a crash of the original."""
     return tuple(p.name for p in st.lf.params if p.optional and p.name not in tensors and p.name not in variants
-                 and p.name not in st.lf.none_tested  # `if out is None: out = ...`: the launcher fills it in
+                 and p.name not in st.lf.exprs  # `if out is None: out = ...`: the launcher fills it in
                  and (use := pointer(st, p.name)) is not None and (use.loaded or use.stored))
 
 

@@ -307,6 +307,7 @@ def kkt(k: torch.Tensor, g: torch.Tensor | None = None, beta: torch.Tensor | Non
     B, T, K = k.shape
     if A is None:
         A = torch.empty(B, T, 16, device=k.device, dtype=torch.float32)
+    db = torch.empty_like(beta) if beta is not None else None  # tested for None, never filled in
     _kkt_kernel[(B,)](k, g, beta, A, T, K=K, BT=16, USE_G=g is not None)
     return A
 '''
@@ -315,7 +316,8 @@ def kkt(k: torch.Tensor, g: torch.Tensor | None = None, beta: torch.Tensor | Non
 def test_an_optional_the_kernel_loads_with_no_flag_is_passed(tmp_path):
     """``beta: Tensor | None = None`` handed straight to a kernel that loads it unguarded: the default
     path would crash the original, so beta is passed; ``g``, loaded only under ``USE_G = g is not None``,
-    stays None on the judged path, and so does ``A``, which the launcher allocates when it is None."""
+    stays None on the judged path, and so does ``A``, which the launcher allocates when it is None (a None
+    test that fills nothing in, as for ``db``, does not make beta optional for the kernel)."""
     h = infer(tmp_path / "kkt.py", OPTIONAL_BETA)
     assert {t.name: t.dims for t in h.tensors} == {"k": ("B", "T", "K"), "beta": ("B", "T")}
     assert h.notes[0].startswith("beta: Optional, but _kkt_kernel loads or stores through it"), h.notes
