@@ -11,6 +11,7 @@ and its outermost dim off a tensor of known shape indexed by the same program id
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, read_shapes
+from skel.harness.npu import npu_evidence
 from skel.harness.reference import Reference, find_reference
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
 
@@ -112,6 +114,10 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         raise HarnessError(f"{path}: its kernels ({', '.join(kernels)}) are launched from no function of this file; "
                            "launched from another file, they can be judged through that launcher "
                            "(skel capture records its calls from your own test or benchmark)")
+    npu = npu_evidence(path, tree)
+    if npu is not None:
+        raise HarnessError(f"{path}: written for NPUs ({npu}): neither a CUDA GPU nor Triton's CPU interpreter"
+                           " runs it as written, so skel cannot judge it here")
     if entry is None:
         entry = sorted(found, key=launcher_rank)[0]
     if entry not in found:
@@ -134,16 +140,23 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                 f" {fn.name} launches no kernel: the launch of {launch.kernel} is under a condition that path does"
                 " not take (--variant ARG sets a flag or passes an Optional argument)")
         launch = lf.launches[0]
-        more = tuple(sorted(lf.required - set(tensors) - set(variants)))
+        more = tuple(sorted((lf.required | _dereferenced(lf)) - set(tensors) - set(variants)))
         st = State(lf, st.kf, _binding(lf, launch), notes=[n for n in st.notes if "is Optional" not in n],
                    grid=grid_extents(lf, launch))
         if not more:
             break
         variants += more
-        st.notes.append(f"{', '.join(more)}: required on the default path (the launcher asserts it is not None)")
+        st.notes.append(f"{', '.join(more)}: required on the default path (the launcher asserts it is not None,"
+                        " or uses it as a tensor under no condition)")
     tensors = _tensor_params(st, variants)
     flags = _flags(st, kernel, launch, env)
     st.kf = kernel_facts(kernel, flags)
+    dereferenced = _dereferenced_in_kernel(st, tensors, variants)
+    if dereferenced:  # the default path would hand the kernel None to load through: judge the path passing them
+        h = infer(path, source, entry, variants + dereferenced, dims)
+        note = (f"{', '.join(dereferenced)}: Optional, but {kernel.name} loads or stores through it under no flag"
+                " this path turns off: passed")
+        return dataclasses.replace(h, notes=(note, *h.notes))
     if flags:
         st.notes.append("kernel read on the path " + ", ".join(f"{k}={v}" for k, v in sorted(flags.items())))
     cuts = [t for t in tensors if kernel_param(st, t) in st.kf.offsets]
@@ -156,7 +169,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         read_shapes(st, [t for t in tensors if t not in cuts], path, others)
         offsets, packed = _packing(st, tensors, cuts, path)
     dim_list = _dims(st, tensors, dims or {})
-    tensor_args = tuple(_tensor_arg(st, t) for t in tensors)
+    tensor_args = tuple(_tensor_arg(st, t, others) for t in tensors)
     values = _values(st, tensors, variants, {d.name for d in dim_list})
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
@@ -189,6 +202,23 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
                    inplace, tuple(st.notes), others, written, dispatch,
                    next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
                    reference)
+
+
+def _dereferenced_in_kernel(st: State, tensors: list[str], variants: tuple[str, ...]) -> tuple[str, ...]:
+    """Optional parameters left out on the judged path that the kernel, read with that path's flags,
+    still loads or stores through (``beta: Tensor | None = None`` passed straight on, loaded with no
+    ``USE_BETA`` guard): None there is no harness, it is a crash of the original."""
+    return tuple(p.name for p in st.lf.params if p.optional and p.name not in tensors and p.name not in variants
+                 and p.name not in st.lf.exprs  # `if out is None: out = ...`: the launcher fills it in
+                 and (use := pointer(st, p.name)) is not None and (use.loaded or use.stored))
+
+
+def _dereferenced(lf: LauncherFacts) -> set[str]:
+    """Parameters defaulting to None that the judged path uses as tensors under no condition
+    (``dgv = torch.empty_like(gv)`` with ``gv: torch.Tensor = None`` and no ``gv is None`` test anywhere):
+    the launcher cannot run without them, so the default path is the one that passes them."""
+    return {name for name in lf.dereferenced if (p := lf.param(name)) is not None and p.has_default
+            and p.default is None and name not in lf.none_tested and name not in lf.conditions}
 
 
 def _other_launches(st: State, kernels: dict[str, ast.FunctionDef], env: dict[str, object]) -> list[State]:
@@ -397,7 +427,7 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ..
 
 
 # -- values ----------------------------------------------------------------------------------------------
-def _tensor_arg(st: State, t: str) -> TensorArg:
+def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
     use = pointer(st, t)
     dtype, why = "work", "the spec's dtype"
     if t in st.lf.dtypes:
@@ -420,15 +450,19 @@ def _tensor_arg(st: State, t: str) -> TensorArg:
         return TensorArg(t, st.shapes[t], "int32", "slots-padded" if padded else "slots",
                          f"its values index '{st.kf.index_tensors[kparam]}' in {st.kf.name}: distinct slots of the pool"
                          + (", about a quarter -1 (the kernel skips negative slots)" if padded else ""))
-    if use is not None and use.regime == "log-decay":
-        values, vwhy = "log-decay", f"{st.kf.name} takes exp() of it: log-decays in (-inf, 0), logsigmoid(N(0, 1))"
-    elif use is not None and use.regime == "positive":
-        values, vwhy = "positive", f"{st.kf.name} takes log/sqrt of it: U(0.5, 2)"
-    elif use is not None and use.regime == "unit-interval":
-        values, vwhy = "unit-interval", (f"{st.kf.name} applies sigmoid to it only under a flag off on this path:"
+    # the judged kernel's reading first, then the launcher's other kernels on this path (a pipeline)
+    regime, kname = next(((u.regime, o.kf.name) for o in (st, *others) if (u := pointer(o, t)) is not None
+                          and u.regime), ("", st.kf.name))
+    if regime == "log-decay":
+        values, vwhy = "log-decay", (f"{kname} takes exp() of it (or of its cumulative sum): log-decays in"
+                                     " (-inf, 0), logsigmoid(N(0, 1))")
+    elif regime == "positive":
+        values, vwhy = "positive", f"{kname} takes log/sqrt of it (or of sums and products of it): U(0.5, 2)"
+    elif regime == "unit-interval":
+        values, vwhy = "unit-interval", (f"{kname} applies sigmoid to it only under a flag off on this path:"
                                          " the caller passes sigmoid outputs, sigmoid(N(0, 1))")
-    elif use is not None and use.regime == "unit-norm":
-        values, vwhy = "unit-norm", (f"{st.kf.name} L2-normalises it only under a flag off on this path: the caller"
+    elif regime == "unit-norm":
+        values, vwhy = "unit-norm", (f"{kname} L2-normalises it only under a flag off on this path: the caller"
                                      " passes unit rows, N(0, 1) normalised over the last dim")
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
 

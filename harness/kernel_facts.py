@@ -569,7 +569,77 @@ def _regime(fn: ast.FunctionDef, param: str, ex: _Expander) -> str:
             arg = _strip(node.args[0])
             if isinstance(arg, ast.Name) and arg.id in names:
                 return "log-decay" if name.startswith("exp") else "positive"
-    return ""
+    if names & _cumulated_in_exp(fn, ex):
+        return "log-decay"
+    return "positive" if names & _root_terms(fn, ex) else ""
+
+
+def _cumulated_in_exp(fn: ast.FunctionDef, ex: _Expander) -> set[str]:
+    """Names (and the locals holding them) whose cumulative sum an ``exp`` argument holds
+    (``tl.exp(tl.sum(g) - tl.cumsum(g))``, ``b_gc = tl.cumsum(b_g); exp(b_gc)``): log-decays summed along
+    a chunk; N(0, 1) values there would grow the decay by e^sqrt(T) instead of shrinking it."""
+    found: set[str] = set()
+
+    def names_in(node: ast.AST, seen: set[str]) -> set[str]:
+        out = set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id not in seen:
+                seen.add(n.id)
+                out.add(n.id)
+                for _, value in ex.defs.get(n.id, []):
+                    out |= names_in(value, seen)
+        return out
+
+    def cumulated(node: ast.AST, seen: set[str]) -> None:
+        for n in ast.walk(node):
+            if _call_name(n) == "cumsum" and n.args:
+                found.update(names_in(n.args[0], set()))
+            elif isinstance(n, ast.Name) and n.id not in seen:
+                seen.add(n.id)
+                for _, value in ex.defs.get(n.id, []):
+                    cumulated(value, seen)
+
+    for node in ast.walk(fn):
+        if _call_name(node) in ("exp", "exp2") and node.args:
+            cumulated(node.args[0], set())
+    return found
+
+
+def _root_terms(fn: ast.FunctionDef, ex: _Expander) -> set[str]:
+    """Names whose values reach the argument of a ``log`` / ``sqrt`` only through sums, products and
+    quotients, directly or through the locals that hold them (``b_a = exp(g) * b_a + b_beta * (b_k * b_k)``
+    then ``tl.log(b_a + eps)``): positive values there keep the argument positive, where N(0, 1) values
+    would make it negative (NaN) about half the time. Squares and calls other than sum/maximum (exp,
+    sigmoid, abs: never negative) end a path; a difference ends it too (its sign is not the terms')."""
+    updates: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
+                and isinstance(node.op, (ast.Add, ast.Mult, ast.Div)):
+            updates.setdefault(node.target.id, []).append(node.value)
+    found: set[str] = set()
+    seen: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        node = _strip(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult, ast.Div)):
+            if isinstance(node.op, ast.Mult) and ast.dump(_strip(node.left)) == ast.dump(_strip(node.right)):
+                return  # x * x
+            walk(node.left)
+            walk(node.right)
+        elif isinstance(node, ast.Call) and _call_name(node) in ("sum", "maximum") and node.args:
+            walk(node.args[0])
+        elif isinstance(node, ast.Name) and node.id not in seen:
+            seen.add(node.id)
+            found.add(node.id)
+            for _, value in ex.defs.get(node.id, []):
+                walk(value)
+            for value in updates.get(node.id, []):
+                walk(value)
+
+    for node in ast.walk(fn):
+        if _call_name(node) in ("log", "log2", "sqrt", "rsqrt") and node.args:
+            walk(node.args[0])
+    return found
 
 
 def _scalar_use(fn: ast.FunctionDef, param: str, loaded: set[str] = frozenset()) -> str:

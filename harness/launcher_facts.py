@@ -61,6 +61,7 @@ class LauncherFacts:
     gates: set[str] = field(default_factory=set)
     grid_fns: dict[str, ast.AST] = field(default_factory=dict)  # nested grid function -> the tuple it returns
     required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
+    dereferenced: set[str] = field(default_factory=set)  # params used as tensors under no undecided condition
     exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
 
     def param(self, name: str) -> Param | None:
@@ -125,6 +126,7 @@ class _Reader(ast.NodeVisitor):
         self.f, self.kernels, self.module_values = facts, kernels, module_values
         self.shapes: dict[str, str] = {}  # local holding a tensor's shape -> tensor
         self.env = env  # param -> its value on the judged path (None: omitted; PRESENT: a tensor; bools)
+        self.guards = 0  # undecided conditions around the statement read (both branches are read)
 
     def truth(self, test: ast.AST) -> bool | None:
         """The value of a test on the judged path, when the parameters' values decide it."""
@@ -253,6 +255,7 @@ class _Reader(ast.NodeVisitor):
         if op.endswith("_like"):
             if args and isinstance(args[0], ast.Name):
                 like = args[0].id
+                self._tensor_use(like)
                 items = [("*", like)]
         else:
             if op in ("full", "new_full") and len(args) > 1:
@@ -299,7 +302,23 @@ class _Reader(ast.NodeVisitor):
         raises = node.body and all(isinstance(s, ast.Raise) for s in node.body)
         if raises:
             self._check(node.test, False)
-        self.generic_visit(node)
+        self.visit(node.test)
+        self.guards += 1
+        for stmt in node.body + node.orelse:
+            self.visit(stmt)
+        self.guards -= 1
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self.visit(node.test)
+        self.guards += 1
+        self.visit(node.body)
+        self.visit(node.orelse)
+        self.guards -= 1
+
+    def _tensor_use(self, name: str) -> None:
+        self.f.used_as_tensor.add(name)
+        if not self.guards and self.f.param(name):
+            self.f.dereferenced.add(name)
 
     def visit_Compare(self, node: ast.Compare) -> None:
         if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) and isinstance(node.left, ast.Name) \
@@ -327,6 +346,9 @@ class _Reader(ast.NodeVisitor):
             return
         op, left, right = test.ops[0], test.left, test.comparators[0]
         eq = isinstance(op, ast.Eq) if holds else isinstance(op, ast.NotEq)
+        if eq and isinstance(left, ast.Name) and isinstance(right, ast.Name) and left.id != right.id \
+                and left.id in self.f.dims and right.id in self.f.dims:
+            self._same_dim(left.id, right.id)
         if eq:
             ls, rs = _shape_source(left, self.shapes), _shape_source(right, self.shapes)
             if ls and rs and isinstance(ls[1], int) and isinstance(rs[1], int):
@@ -350,6 +372,16 @@ class _Reader(ast.NodeVisitor):
             values = self._values_of(right)
             if values:
                 self.f.choices[left.id] = values
+
+    def _same_dim(self, a: str, b: str) -> None:
+        """``K2, M = phi.shape; assert K2 == K``: one dim, named as first read (K); the other is an alias."""
+        keep, drop = (a, b) if list(self.f.dims).index(a) < list(self.f.dims).index(b) else (b, a)
+        for axes in self.f.axes.values():
+            for axis, dim in axes.items():
+                if dim == drop:
+                    axes[axis] = keep
+        del self.f.dims[drop]
+        self.f.dim_alias[drop] = keep
 
     def _values_of(self, node: ast.AST) -> tuple:
         if isinstance(node, ast.Name) and node.id in self.module_values:
@@ -377,7 +409,7 @@ class _Reader(ast.NodeVisitor):
         if isinstance(node.value, ast.Name) and node.attr in ("shape", "stride", "ndim", "dtype", "device",
                                                                "new_empty", "new_zeros", "view", "reshape",
                                                                "contiguous", "is_contiguous", "numel", "size"):
-            self.f.used_as_tensor.add(node.value.id)
+            self._tensor_use(node.value.id)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:

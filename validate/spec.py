@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # torch is imported lazily so `skel --help` stays fast
     import torch
 
 _DIM = re.compile(r"([A-Za-z_]+)(\d+)")
+_NAMED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -27,19 +28,21 @@ class Shape:
 
     @classmethod
     def parse(cls, label: str) -> Shape:
-        """Inverse of ``label``: "N64-T1-K128" -> Shape.of(N=64, T=1, K=128)."""
+        """Inverse of ``label``: "N64-T1-K128" -> Shape.of(N=64, T=1, K=128); "K2=64" for a name with a digit."""
         parts = label.split("-")
         dims = []
         for part in parts:
-            m = _DIM.fullmatch(part)
+            m = _NAMED.fullmatch(part) or _DIM.fullmatch(part)
             if not m:
-                raise ValueError(f"shape label {label!r}: part {part!r} is not NAME<int>")
+                raise ValueError(f"shape label {label!r}: part {part!r} is not NAME<int> (or NAME=<int>)")
             dims.append((m.group(1), int(m.group(2))))
         return cls(tuple(dims))
 
     @property
     def label(self) -> str:
-        return "-".join(f"{name}{value}" for name, value in self.dims)
+        """"N64-T1-K128"; a name holding a digit is written "K2=64" (K264 would read back as K=264)."""
+        return "-".join(f"{name}={value}" if any(c.isdigit() for c in name) else f"{name}{value}"
+                        for name, value in self.dims)
 
     def __getitem__(self, name: str) -> int:
         for key, value in self.dims:

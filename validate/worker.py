@@ -108,12 +108,15 @@ class Role:
         return {"internal": traceback.format_exc()[-4000:]}
 
     def interpreted(self, module) -> None:
-        """In Triton's interpreter (``interpret``): float arguments typed as compiled, autotuners on one config,
-        aliases of its builtins (``exp = tl.exp``, libdevice) bound late."""
+        """In Triton's interpreter (``interpret``): float arguments and loop indices typed as compiled, bf16 math
+        on values, autotuners on one config, aliases of its builtins (``exp = tl.exp``, libdevice) bound late."""
         if self.device == "cpu":
-            from skel.validate.interpret import float_scalars_as_tensors, late_bind_aliases, one_config_autotune
+            from skel.validate.interpret import (bf16_on_values, float_scalars_as_tensors, late_bind_aliases,
+                                                 loop_indices_as_tensors, one_config_autotune)
 
             float_scalars_as_tensors()
+            loop_indices_as_tensors()
+            bf16_on_values()
             for line in one_config_autotune(module):
                 print(f"autotuned on its first config only (no driver to benchmark on): {line}", flush=True)
             for line in late_bind_aliases(module):  # for the worker's log: what the interpreter was helped with
