@@ -32,8 +32,12 @@ class Wrapper:
     passes_options: bool  # its own ``**options`` are spread into the launch
 
 
+_SPREAD_CALL = re.compile(r"\]\s*\(\s*\*")  # ``](*`` / ``](**``: what every wrapper body has, found fast
+
+
 def may_hold_wrappers(text: str) -> bool:
-    return _WRAPPED_LAUNCH.search(text) is not None
+    # the full pattern backtracks over every word of the file; most files have no ``](*`` at all
+    return _SPREAD_CALL.search(text) is not None and _WRAPPED_LAUNCH.search(text) is not None
 
 
 def wrapper_of(fn: ast.AST) -> Wrapper | None:
