@@ -13,6 +13,8 @@ times, the way the gate does (CUDA graph over input sets rotated past L2, one pr
 - ``tile-layout`` (and ``+reassoc``): every vector loaded as a [K, 1] or [1, BV] tile of the state's own
   layout and reduced with keep_dims, so no value changes layout between the loads and the stores;
 - ``gate-only`` / ``no-norms``: parts of the chain (timing only: not the same maths), to see what costs;
+- ``gdn-chain`` / ``gdn-gate-only``: the gated delta rule's step (one scalar decay per head), and that
+  decay alone (timing only);
 - ``bytes``: the same loads and stores through the same grid with no reduction (state scaled, o = v):
   what this grid and these bytes cost with no dependent chain: the ceiling for any kernel of this layout.
 
@@ -36,7 +38,7 @@ from skel.validate.bench import capture_graph, replay_time_us, rotation_sets
 from skel.validate.floor import copy_floor_us
 
 MODES = {"chain": 0, "reassoc": 1, "bytes": 2, "gate-only": 3, "no-norms": 4, "tile-layout": 5,
-         "tile-layout+reassoc": 6}
+         "tile-layout+reassoc": 6, "gdn-chain": 7, "gdn-gate-only": 8}
 
 
 @triton.jit
@@ -81,6 +83,22 @@ def _step(q, k, v, g, beta, A_log, dt_bias, o, state, scale,
             t_o = tl.sum(b_s * t_q, 0, keep_dims=True) + t_delta * tl.sum(t_k * t_q, 0, keep_dims=True)
             b_s = b_s + t_k * t_delta
         tl.store(o + (i_n * HV + i_hv) * V + c_v, t_o.to(o.dtype.element_ty))
+        tl.store(p_s, b_s)
+    elif MODE >= 7:  # GDN: one scalar decay per head (8: that decay only, no reduction)
+        x = tl.load(g + (i_n * HV + i_hv) * K).to(tl.float32) + tl.load(dt_bias + i_hv * K).to(tl.float32)
+        b_A = tl.load(A_log + i_hv).to(tl.float32)
+        b_s = b_s * tl.exp(-tl.exp(b_A) * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x))))
+        if MODE == 8:
+            tl.store(o + (i_n * HV + i_hv) * V + o_v, b_v.to(o.dtype.element_ty))
+        else:
+            b_q = tl.load(q + (i_n * H + i_h) * K + o_k).to(tl.float32)
+            b_k = tl.load(k + (i_n * H + i_h) * K + o_k).to(tl.float32)
+            b_beta = tl.sigmoid(tl.load(beta + i_n * HV + i_hv).to(tl.float32))
+            b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
+            b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+            b_delta = (b_v - tl.sum(b_s * b_k[:, None], 0)) * b_beta
+            b_s = b_s + b_k[:, None] * b_delta[None, :]
+            tl.store(o + (i_n * HV + i_hv) * V + o_v, tl.sum(b_s * b_q[:, None], 0).to(o.dtype.element_ty))
         tl.store(p_s, b_s)
     elif MODE == 3:  # the gate's chain only: decay the state, no reduction
         b_g = tl.load(g + (i_n * HV + i_hv) * K + o_k).to(tl.float32)
@@ -143,6 +161,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated forms to time")
     args = ap.parse_args(argv)
     N, H, HV, K, V = 1, args.heads, args.heads, 128, 128
     props = torch.cuda.get_device_properties(0)
@@ -163,7 +182,7 @@ def main(argv=None) -> int:
     med, best = timed(original, [{n: t for n, t in a.items() if n != "o"} for a in arg_sets])
     rows.append(dict(form="kernels/kda_decode (its launch: BV=32, 4 warps)", BV=32, warps=4, stages=2,
                      median_us=med, min_us=best, x_floor=med / floor))
-    for mode, m in MODES.items():
+    for mode, m in ((n, MODES[n]) for n in args.modes.split(",")):
         for BV in (8, 16, 32):
             for warps in (1, 2, 4):
                 def fn(q, k, v, g, beta, A_log, dt_bias, o, state, BV=BV, warps=warps, m=m):
@@ -171,7 +190,7 @@ def main(argv=None) -> int:
                                                  H=H, HV=HV, K=K, V=V, BV=BV, MODE=m, num_warps=warps)
                     return o
                 err = None
-                if m not in (2, 3, 4):  # numerics against the chain form at BV=32, 4 warps, on a copy
+                if m in (1, 5, 6):  # numerics against the chain form at BV=32, 4 warps, on a copy
                     one = {n: t.clone() for n, t in ref_in.items()}
                     fn(**one)
                     if ref_out is None:
