@@ -435,6 +435,18 @@ def test_a_store_through_a_pointer_handed_to_a_helper_is_the_kernels_store():
     assert not kinds(fs, "add_kernel", "SK015"), "the helper reads the buffer: not an output the kernel only writes"
 
 
+def test_a_helpers_docstring_with_text_in_column_0_does_not_hide_its_accesses():
+    """The helper is read from its own lines: a docstring line at column 0 is not the end of its body."""
+    text = HELPER_STORES
+    for helper in ("_write_row", "_add_row"):
+        head = f"def {helper}(dst, src, cols, mask):\n"
+        text = text.replace(head, head + '    """One row.\nText at column 0.\n    """\n')
+    assert text.count("\nText at column 0.") == 2
+    _, fs = mine(text)
+    assert kinds(fs, "write_kernel", "SK015") == {"instance"}, "the helper's store is still the kernel's"
+    assert not kinds(fs, "add_kernel", "SK015"), "the helper still reads the buffer"
+
+
 def test_a_helper_stored_zero_fill_is_no_opportunity_while_the_rewrite_cannot_check_helpers():
     _, fs = mine(HELPER_STORES)
     zero = [f for f in fs if f.kernel == "write_kernel" and f.skeleton == "SK015" and f.kind == "opportunity"]

@@ -45,14 +45,20 @@ def _helper(source: str, name: str) -> tuple[tuple[str, ...], tuple[tuple[str, s
     if first is None:
         return None
     lines = source.splitlines()
-    end = first
-    while end < len(lines) and (not lines[end].strip() or lines[end][:1] in " \t#)"):
-        end += 1  # the body: up to the next line that starts at column 0
-    try:
-        tree = ast.parse("\n".join(lines[first - 1:end]))
-    except SyntaxError:
-        return None
-    fn = tree.body[0] if tree.body else None
+    # the body ends at the next line that starts at column 0, or at a later one where that line was inside
+    # a string (a docstring's text); never past the decorators of the next jit function
+    limit = min((ln for ln in _jit_defs(source).values() if ln > first), default=len(lines) + 1) - 1
+    while limit > first and lines[limit - 1].startswith("@"):
+        limit -= 1
+    end, tree = first, None
+    while tree is None and end <= limit:
+        while end < limit and (not lines[end].strip() or lines[end][:1] in " \t#)"):
+            end += 1
+        try:
+            tree = ast.parse("\n".join(lines[first - 1:end]))
+        except SyntaxError:
+            end += 1
+    fn = tree.body[0] if tree and tree.body else None
     if not isinstance(fn, ast.FunctionDef) or fn.name != name:
         return None
     params = tuple(a.arg for a in fn.args.posonlyargs + fn.args.args)
