@@ -131,7 +131,9 @@ class ModuleIndex:
 
 
 def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], base: Scope, src: Source,
-                scopes: LaunchScopes | None = None) -> LaunchSite:
+                scopes: LaunchScopes | None = None, via: str = "") -> LaunchSite:
+    """The launch ``call`` of a kernel with ``params``; ``via`` names the wrapper a rebuilt call came
+    through (``LaunchSite.via``; a field launch ``obj.f[grid](...)`` is recognised here)."""
     scope = (scopes or LaunchScopes(base, src)).before(fn, call.lineno)
     grid_node = call.func.slice
     grid_expr = _follow_grid(grid_node, scope)
@@ -169,7 +171,7 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         num_warps=None if nw is None else _value(nw, scope, src),
         num_stages=None if ns is None else _value(ns, scope, src),
         grid_tiles=tiles,
-        via=f"field {src.text(call.func.value)}" if isinstance(call.func.value, ast.Attribute) else "",
+        via=via or (f"field {src.text(call.func.value)}" if isinstance(call.func.value, ast.Attribute) else ""),
     )
 
 

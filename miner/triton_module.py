@@ -179,10 +179,11 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
     # Lines where the text shows ``name[``, for the kernels wanted (``all_names`` decides what a
     # launch is: a name shadowing another kernel's is still that kernel's launch).
     aliases = field_aliases(blocks.text, all_names)  # impls.act_quant[grid](...) with Impls(act_quant=kernel)
-    per_name = {n: rows for n, rows in launch_lines(blocks.text, all_names).items() if n in names}
-    for field, rows in launch_lines(blocks.text, set(aliases)).items():
-        if aliases[field] in names:
-            per_name[aliases[field]] = sorted(set(per_name.get(aliases[field], [])) | set(rows))
+    subscripted = launch_lines(blocks.text, all_names | set(aliases))  # one pass for kernels and fields
+    per_name = {n: rows for n, rows in subscripted.items() if n in names}
+    for field, kernel in aliases.items():
+        if kernel in names and field in subscripted:
+            per_name[kernel] = sorted(set(per_name.get(kernel, [])) | set(subscripted[field]))
     for n, rows in call_lines(blocks.text, outline.wrappers, all_names).items():  # launches through a wrapper
         if n in names:
             per_name[n] = sorted(set(per_name.get(n, [])) | set(rows))
@@ -216,9 +217,8 @@ def sweep(blocks: ModuleBlocks, src: Source, outline: Outline, kernels: list[Ker
                       wrapper_calls(index.simple_statements, lines, outline.wrappers, all_names)]
             for name, call, fn, via in calls:
                 for k in by_name.get(name, ()):
-                    site = launch_site(call, fn, k.params, outline.base, src, scopes)
                     sites[(k.line, k.name)].append(((call.lineno, call.col_offset),
-                                                    replace(site, via=via) if via else site))
+                                          launch_site(call, fn, k.params, outline.base, src, scopes, via)))
         if i in defs_in:
             fns = {fn.lineno: fn for fn in index.functions}
             for k in defs_in[i]:

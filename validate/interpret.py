@@ -94,9 +94,10 @@ def late_bind_aliases(module: ModuleType) -> list[str]:
         for alias, value in list(space.items()):
             if alias.startswith("__"):
                 continue
-            if is_libdevice_function(value) and _libdevice(value.__name__) is not None:
-                space[alias] = _libdevice(value.__name__)
-                done.append(f"{label}.{alias} -> {space[alias].__skel_late_bound__} (libdevice has no interpreter)")
+            stand_in = _libdevice(value.__name__) if is_libdevice_function(value) else None
+            if stand_in is not None:
+                space[alias] = stand_in
+                done.append(f"{label}.{alias} -> {stand_in.__skel_late_bound__} (libdevice has no interpreter)")
             elif _is_builtin(value):
                 home = _home(value)
                 if home is not None and home[0] is not sys.modules.get(label):
