@@ -21,13 +21,16 @@ from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, read_shapes
 from skel.harness.npu import npu_evidence
 from skel.harness.reference import Reference, find_reference
+from skel.harness.sizes import Size
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
 BATCH_SWEEP = (1, 8, 32, 64, 256)
-_DECODE = {"tokens": 1, "heads": 32, "head_dim": 128, "hidden": 4096, "pool": 0, "other": 16, "flat": 4096}
+_DECODE = {"tokens": 1, "heads": 32, "head_dim": 128, "hidden": 4096, "pool": 0, "other": 16, "flat": 4096,
+           "tile": 64}
+# a tile (a chunk size the caller picks): 16, the smallest tl.dot takes, on the interpreter
 _CI = {"batch": (2, 1), "tokens": (1, 3), "heads": (2, 2), "head_dim": (32, 24), "hidden": (64, 80),
-       "other": (4, 3), "pool": (0, 0), "flat": (256, 1000)}
+       "other": (4, 3), "pool": (0, 0), "flat": (256, 1000), "tile": (16, 16)}
 _POW2_CI = {"head_dim": (32, 16), "hidden": (64, 32), "other": (4, 2), "flat": (256, 1024)}
 
 
@@ -80,6 +83,8 @@ class Harness:
     offsets: tuple[str, str, str] | tuple[()] = ()
     packed: tuple[str, ...] = ()
     reference: Reference | None = None  # the project's reference implementation: a second oracle
+    # sizes the launcher computes from the dims (NT = cdiv(T, BT)) that tensors are shaped by, in order
+    sizes: tuple[Size, ...] = ()
 
     def to_json(self) -> dict:
         return {"path": str(self.path), "entry": self.entry, "kernel": self.kernel,
@@ -90,6 +95,7 @@ class Harness:
                          for d in self.dims},
                 "outputs": list(self.outputs), "inplace": list(self.inplace), "notes": list(self.notes),
                 "other_launchers": list(self.others),
+                "sizes": {s.name: {"code": s.code, "why": s.why} for s in self.sizes},
                 "reference": {"path": str(self.reference.path), "name": self.reference.name}
                 if self.reference else None}
 
@@ -162,13 +168,14 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     cuts = [t for t in tensors if kernel_param(st, t) in st.kf.offsets]
     notes = list(st.notes)
     others = _other_launches(st, kernels, env)
-    read_shapes(st, [t for t in tensors if t not in cuts], path, others)
+    read_shapes(st, [t for t in tensors if t not in cuts], path, others, values_of)
     offsets, packed = _packing(st, tensors, cuts, path)
     if offsets and _count_locals(st, offsets[0], offsets[1]):  # N = len(cu_seqlens) - 1 sizes allocations
         st.shapes, st.notes = {}, notes
-        read_shapes(st, [t for t in tensors if t not in cuts], path, others)
+        read_shapes(st, [t for t in tensors if t not in cuts], path, others, values_of)
         offsets, packed = _packing(st, tensors, cuts, path)
-    dim_list = _dims(st, tensors, dims or {})
+    sizes = _used_sizes(st, tensors)
+    dim_list = _dims(st, tensors, dims or {}, sizes)
     tensor_args = tuple(_tensor_arg(st, t, others) for t in tensors)
     values = _values(st, tensors, variants, {d.name for d in dim_list})
     outputs = _outputs(st, tensors)
@@ -201,7 +208,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     return Harness(path, entry, launch.kernel, fn.lineno, arguments, tensor_args, values, dim_list, outputs,
                    inplace, tuple(st.notes), others, written, dispatch,
                    next((t.dims for t in tensor_args if t.values.startswith("slots")), ()), offsets, packed,
-                   reference)
+                   reference, sizes)
 
 
 def _dereferenced_in_kernel(st: State, tensors: list[str], variants: tuple[str, ...]) -> tuple[str, ...]:
@@ -398,11 +405,40 @@ def _role(st: State, dim: str, tensors: list[str]) -> str:
     return "other"
 
 
-def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ...]:
+def _used_sizes(st: State, tensors: list[str]) -> tuple[Size, ...]:
+    """The sizes the tensors' shapes (and the allocations compared) name, with the sizes their codes
+    name, each after those it uses."""
+    wanted = [d for t in tensors for d in st.shapes.get(t, ()) if d in st.sizes]
+    wanted += [d for name in st.lf.allocs for d in (alloc_shape(st.lf.allocs[name][0], st, st.shapes) or ())
+               if d in st.sizes]
+    out: list[Size] = []
+    def add(name: str, depth: int = 0) -> None:
+        size = st.sizes[name]
+        if size in out or depth > 8:
+            return
+        for other in st.sizes:
+            if other != name and other in _names_in(size.code):
+                add(other, depth + 1)
+        out.append(size)
+    for name in dict.fromkeys(wanted):
+        add(name)
+    return tuple(out)
+
+
+def _names_in(code: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(code, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Size, ...] = ()) -> tuple[Dim, ...]:
     names: list[str] = []
+    computed = {s.name for s in sizes}
     for t in tensors:
         for d in st.shapes.get(t, ()):
-            if d not in names and not d.isdigit() and d != POOL:
+            if d not in names and not d.isdigit() and d != POOL and d not in computed:
+                names.append(d)
+    for s in sizes:  # a required int argument a size is made of (chunk_size): a dim of its own
+        for d in sorted(_names_in(s.code)):
+            if d not in names and d not in computed and d in st.free:
                 names.append(d)
     unknown = [d for d in fixed if d not in names]
     if unknown:
@@ -410,8 +446,8 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ..
     pow2 = {st.binding[k] for k in st.kf.arange_bounds if k in st.binding}
     out = []
     for d in names:
-        role = _role(st, d, tensors)
-        is_pow2 = d in pow2
+        role = "tile" if d in st.free else _role(st, d, tensors)
+        is_pow2 = d in pow2 or role == "tile"
         ci = (_POW2_CI if is_pow2 else _CI).get(role, _CI[role])
         decode = fixed.get(d, _DECODE.get(role, 0) or 16)
         bound = st.lf.bounds.get(d)
@@ -484,6 +520,10 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
         if unfilled:
             st.notes.append(f"'{p.name}' defaults to None, which the launcher passes to {st.kf.name} unreplaced"
                             f" (its callers fill it): given a value")
+        if p.name in st.free and p.name in dims:
+            out.append(ValueArg(p.name, p.name, f"a size tensors are shaped by (a tile, {p.name} in the shapes):"
+                                                " the dim of that name"))
+            continue
         if p.name in st.lf.choices:
             choice = st.lf.choices[p.name][0]
             out.append(ValueArg(p.name, repr(choice), f"the first value the launcher's check allows {st.lf.choices[p.name]}"))

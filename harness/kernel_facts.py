@@ -52,6 +52,9 @@ class KernelFacts:
     packed: frozenset[str] = frozenset()  # pointer parameters addressed through those offsets
     # parameters the kernel only moves (``q += off``) or never names: it reads and writes nothing through them
     unread: frozenset[str] = frozenset()
+    # local names that are roots with a value the arithmetic does not expand (``NT = tl.cdiv(T, BT)``),
+    # with that value: a size the harness may compute from the parameters
+    root_defs: dict[str, ast.AST] = field(default_factory=dict)
 
     @staticmethod
     def bounded(dim: str) -> str:
@@ -115,6 +118,7 @@ class _Expander:
         self.defs: dict[str, list[tuple[int, ast.AST]]] = {}  # name -> (line, value) of its assignments, in order
         self.loops: dict[str, str] = {}  # loop index -> the parameter it runs to (or itself)
         self.roots: set[str] = set()
+        self.root_defs: dict[str, ast.AST] = {}
         _Assignments(self).visit(fn)
         self.masks: list[tuple[Poly, str]] = []
         self._at: int | None = None  # names resolve to their latest assignment above this line (None: any)
@@ -149,7 +153,8 @@ class _Expander:
             return Poly.const(int(node.value))
         if isinstance(node, ast.Name):
             name = node.id
-            if name in self.params:
+            moved = name in self.params and any(self._at is None or line < self._at for line, _ in self.defs.get(name, ()))
+            if name in self.params and not moved:  # a parameter (a pointer not yet moved by `p = p + off`)
                 return Poly.atom(name)
             if name in self.loops:
                 return self.root(f"loop:{self.loops[name]}")
@@ -161,6 +166,8 @@ class _Expander:
                 outer, self._at = self._at, line
                 try:
                     poly = self._poly(value)
+                    if poly is None:
+                        self.root_defs.setdefault(name, value)
                     return poly if poly is not None else self.root(name)
                 finally:
                     self._at = outer
@@ -342,7 +349,8 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
                        _tested_flags(whole, constexprs), offsets, frozenset(packed),
-                       frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)))
+                       frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)),
+                       {k: v for k, v in ex.root_defs.items() if k in ex.roots})
 
 
 def _unread(fn: ast.FunctionDef, param: str) -> bool:

@@ -4,16 +4,19 @@ shape; otherwise its dims are read off its strides, innermost first, and its out
 of known shape indexed by the same program id (or, for a pool indexed by loaded slots, ``POOL``)."""
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts
 from skel.harness.poly import Poly
+from skel.harness.sizes import resolve_sizes
 from skel.harness.state import POOL, HarnessError, State
 
 
 
-def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] = ()) -> None:
+def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] = (),
+                module: dict[str, object] | None = None) -> None:
     """Each tensor's shape into ``st.shapes``; a tensor the judged kernel does not index is read off the
     first of the launcher's ``others`` kernels that does, in that kernel's own names."""
     lf = st.lf
@@ -43,18 +46,35 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
         if shape is not None:
             known[name] = shape
     polys = _launcher_polys(st, known)
+    _read_sizes(st, polys, known, module)
     for t in tensors:
         if t in st.shapes:
             continue
         shape = _layout_shape(st, t, polys, known)
         for other in others if shape is None and t not in polys else ():
             other.notes = st.notes  # what it finds is this inference's note
-            shape = _layout_shape(other, t, _launcher_polys(other, known), known)
+            other_polys = _launcher_polys(other, known)
+            _read_sizes(other, other_polys, known, module)
+            shape = _layout_shape(other, t, other_polys, known)
+            if shape is not None:
+                st.sizes.update(other.sizes)
+                st.free |= other.free
             if shape is not None:
                 break
         if shape is None and t not in polys and _unread(t, st, others) and t not in lf.axes:
             shape = ("1",)  # never dereferenced by a kernel launched: any tensor will do
             st.notes.append(f"'{t}' [1]: passed to {st.kf.name} but never loaded, stored or passed on there")
+        for name, (items, _, _) in lf.allocs.items() if shape is None and t not in polys else ():
+            if items == [("*", t)] and name in polys:  # dh0 = torch.empty_like(h0): h0 is laid out as dh0
+                shape = _layout_shape(st, name, polys, known)
+                if shape is not None:
+                    st.notes.append(f"'{t}' {list(shape)}: as '{name}', allocated like it, which {st.kf.name} indexes")
+                    break
+        if shape is None and t not in polys and t in lf.axes and not _bound(t, st, others):
+            shape = _axes_shape(lf.axes[t], lf.ranks.get(t))
+            if shape is not None:
+                st.notes.append(f"'{t}' {list(shape)}: no kernel launched here reads it; the launcher reads its dims"
+                                f" {dict(sorted(lf.axes[t].items()))} (the rest taken as 1)")
         if shape is None:
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
@@ -63,6 +83,51 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)
+
+
+_NOT_SIZES = ("mask<", "loop:", "load:", "arange(", "pid")
+
+
+def _read_sizes(st: State, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+                module: dict[str, object] | None) -> None:
+    """The sizes (``skel.harness.sizes``) among the factors of the launcher's addresses, into ``st``."""
+    dims = set(st.lf.dims) | {d for shape in known.values() for d in shape}
+    names = {f for poly in polys.values() for m, _ in poly.terms for f in m
+             if f not in dims and not f.isdigit() and not f.startswith(_NOT_SIZES) and f.isidentifier()}
+    names |= {b for poly in polys.values() for m, _ in poly.terms for f in m
+              if (b := KernelFacts.root_bound(f)) and b not in dims and b.isidentifier()}
+    sizes, free = resolve_sizes(st.lf, names, dims, module or {}, st.kf.root_defs, st.binding, st.kf.params)
+    st.sizes.update(sizes)
+    st.free |= free
+
+
+def _bound(tensor: str, st: State, others: list[State]) -> bool:
+    """Some kernel launched on the judged path takes ``tensor`` (or a view of it) as an argument."""
+    return any(st.lf.aliases.get(e, e) == tensor or st.lf.view_of.get(e) == tensor or _names(e) & {tensor}
+               for s in (st, *others) for e in s.binding.values())
+
+
+def _names(expr: str) -> set[str]:
+    try:
+        return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return set()
+
+
+def _axes_shape(axes: dict[int, str], rank: int | None) -> tuple[str, ...] | None:
+    """A shape from the axes the launcher reads (``v.shape[-1]``: [V]; ``q.shape[2]``: [1, 1, HQ]), the
+    others 1: for a tensor no kernel reads, only the dims the launcher takes from it matter."""
+    lead = [a for a in axes if a >= 0]
+    tail = [a for a in axes if a < 0]
+    n = rank or (max(lead, default=-1) + 1) + (-min(tail, default=0))
+    if n <= 0 or any(a >= n or a < -n for a in axes):
+        return None
+    out = ["1"] * n
+    for a, d in axes.items():
+        if out[a] != "1" and out[a] != d:
+            return None
+        out[a] = d
+    return tuple(out)
 
 
 def _unread(tensor: str, st: State, others: list[State]) -> bool:
@@ -80,6 +145,8 @@ def alloc_shape(items: list, st: State, known: dict[str, tuple[str, ...]]) -> tu
             out.append(value)
         elif kind == "dim" and value in st.lf.dim_alias:
             out.append(st.lf.dim_alias[value])
+        elif kind == "dim" and (value in st.sizes or value in st.free):
+            out.append(value)  # a size the harness computes (NT = cdiv(T, BT)) or a tile argument
         elif kind == "axis" and value[0] in known:
             out.append(known[value[0]][value[1]])
         elif kind in ("int", "dim"):
@@ -183,7 +250,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         if other != tensor and polys.get(other) == poly:
             st.notes.append(f"'{tensor}' has the shape of '{other}' {list(shape)}: the kernel indexes both alike")
             return shape
-    dims = set(st.lf.dims) | {d for shape in known.values() for d in shape}
+    dims = set(st.lf.dims) | {d for shape in known.values() for d in shape} | set(st.sizes) | st.free
     if all(not m for m, _ in poly.terms):  # fixed elements only: as many as the last one read
         size = str(sum(c for _, c in poly.terms) + 1)
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
@@ -217,38 +284,132 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         poly = inner
     terms = sorted(((Counter(f for f in m if not _is_root(f, dims)), tuple(sorted(f for f in m if _is_root(f, dims))))
                     for m, _ in poly.terms), key=lambda t: sum(t[0].values()))
+    shape = _chain(st, tensor, terms, polys, known, dims)
+    for loops in (True, False):  # a loop over a size may walk inside an axis too
+        if shape is None:
+            shape = _chain_of_axes(st, tensor, terms, polys, known, dims, loops)
+    if shape is None:
+        return None
+    shape = prefix + shape
+    st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
+    return tuple(shape)
+
+
+def _chain(st: State, tensor: str, terms: list, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+           dims: set[str]) -> list[str] | None:
+    """A contiguous layout read innermost first: each term an axis, each stride the one before times the
+    dims placed (an index of unknown extent spans what the next stride adds)."""
     if not terms or sum(terms[0][0].values()) or any(not roots for _, roots in terms):
         return None
     shape: list[str] = []
-    grid = grid_spans(st)
     for k, (stride, roots) in enumerate(terms):
         outer = k == len(terms) - 1
-        bound = KernelFacts.root_bound(roots[0]) if len(roots) == 1 else None
-        if len(roots) == 1 and roots[0].startswith("loop:") and roots[0][5:] in dims:
-            bound = roots[0][5:]  # a loop index spans [0, its stop)
-        span = _span(st, tensor, roots, outer, polys, known, dims)
-        if k == 0 and bound and not outer:
-            part = [bound]
-        elif span:
-            part = list(span)
-        elif bound and bound in dims:  # an index over [0, DIM) (a masked offset, a program id over DIM)
-            part = [bound]
-        elif len(roots) == 1 and roots[0] in grid:  # a program id over a grid axis of several dims
-            part = list(grid[roots[0]])
-        elif not outer:
+        part = _known_part(st, tensor, roots, outer, k == 0, polys, known, dims)
+        if part is None and not outer:
             extra = terms[k + 1][0] - stride
             if stride - terms[k + 1][0] or sum(extra.values()) != 1:
                 return None
             part = [next(iter(extra))]
-        else:
+        if part is None and shape:
+            part = _leading(st, tensor, shape, known)
+        if part is None:
             return None
         shape = part + shape
         # a contiguous layout: the next stride is this one times the dims just placed
         if not outer and terms[k + 1][0] != stride + Counter(part):
             return None
-    shape = prefix + shape
-    st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
-    return tuple(shape)
+    return shape
+
+
+def _leading(st: State, tensor: str, inner: list[str], known: dict[str, tuple[str, ...]]) -> list[str] | None:
+    """An outermost index of unknown extent (``i_n`` of a program id split the launcher does not show)
+    over axes ``[T, ...]``: the leading dim of the tensors of known shape whose second axis is ``T``
+    (``B`` of ``k [B, T, H, K]``), when they all agree."""
+    leads = {shape[0] for other, shape in known.items() if other != tensor and len(shape) >= 2
+             and shape[1] == inner[0] and not shape[0].isdigit()}
+    if len(leads) != 1:
+        return None
+    lead = leads.pop()
+    st.notes.append(f"'{tensor}': its outermost index has no extent the code shows; taken as {lead}, the leading"
+                    f" dim of the tensors whose next axis is {inner[0]}")
+    return [lead]
+
+
+def _chain_of_axes(st: State, tensor: str, terms: list, polys: dict[str, Poly],
+                   known: dict[str, tuple[str, ...]], dims: set[str], loops: bool = True) -> list[str] | None:
+    """The layout read off the terms whose index has a known extent, the others taken as offsets inside
+    an axis: ``BT*H*T*mask<B + BT*H*mask<T + BT*mask<H + BC*i_i + loop:j`` (a sub-block ``i_i`` and a
+    loop ``j`` inside the last axis) is [B, T, H, BT]; a constant (``-1*H``: the row before) is an offset
+    too. Every offset's stride must be of lower order than the outermost axis's (it moves inside the
+    tensor), and an innermost stride of one dim is that axis (the offsets walk it). With ``loops`` False a
+    loop over a size is an offset too (``for j in range(BC)`` stepping inside a row of BT)."""
+    axes = [(stride, roots) for stride, roots in terms
+            if roots and (loops or not any(r.startswith("loop:") for r in roots))
+            and _known_part(st, tensor, roots, False, False, polys, known, dims) is not None]
+    if not axes or len(axes) == len(terms):
+        return None
+    outer = axes[-1][0]
+    for stride, roots in terms:
+        if (stride, roots) not in axes and sum(stride.values()) >= sum(outer.values()):
+            return None
+    inner: list[str] = []
+    if sum(axes[0][0].values()):
+        if sum(axes[0][0].values()) != 1:
+            return None
+        inner = [next(iter(axes[0][0]))]
+        axes = [(Counter(), ())] + axes
+    shape: list[str] = []
+    for k, (stride, roots) in enumerate(axes):
+        if k == 0 and inner:
+            part = inner
+        else:
+            part = _known_part(st, tensor, roots, k == len(axes) - 1, k == 0, polys, known, dims)
+        if part is None:
+            return None
+        shape = part + shape
+        if k < len(axes) - 1 and axes[k + 1][0] != stride + Counter(part):
+            return None
+    st.notes.append(f"'{tensor}': offsets of unknown extent inside its axes taken as such")
+    return shape
+
+
+def _known_part(st: State, tensor: str, roots: tuple[str, ...], outer: bool, first: bool, polys: dict[str, Poly],
+                known: dict[str, tuple[str, ...]], dims: set[str]) -> list[str] | None:
+    """The dims an axis index spans when its extent is known: a masked offset or a loop over a dim, a
+    ``min(..., T)`` over [0, T], a program id over grid dims, an index another tensor shows."""
+    bound = KernelFacts.root_bound(roots[0]) if len(roots) == 1 else None
+    if len(roots) == 1 and roots[0].startswith("loop:") and roots[0][5:] in dims:
+        bound = roots[0][5:]  # a loop index spans [0, its stop)
+    if len(roots) == 1 and bound is None:
+        bound = _min_bound(roots[0], st, dims)
+    span = _span(st, tensor, roots, outer, polys, known, dims)
+    grid = grid_spans(st)
+    if first and bound and not outer:
+        return [bound]
+    if span:
+        return list(span)
+    if bound and bound in dims:  # an index over [0, DIM) (a masked offset, a program id over DIM)
+        return [bound]
+    if len(roots) == 1 and roots[0] in grid:  # a program id over a grid axis of several dims
+        return list(grid[roots[0]])
+    return None
+
+
+def _min_bound(root: str, st: State, dims: set[str]) -> str | None:
+    """``min(i_t * BT + BT, T)``: an index clipped to a dim (the end of a chunk, less one) spans it."""
+    try:
+        node = ast.parse(root, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min"):
+        return None
+    for arg in node.args:
+        if isinstance(arg, ast.Name):
+            name = st.binding.get(arg.id, arg.id)
+            name = st.lf.dim_alias.get(name, name)
+            if name in dims:
+                return name
+    return None
 
 
 def _own_strides(tensor: str, poly: Poly, dims: set[str]) -> tuple[str, ...] | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from skel.harness.kernel_facts import KernelFacts, PointerUse
 from skel.harness.launcher_facts import LauncherFacts
+from skel.harness.sizes import Size
 
 POOL = "POOL"  # the leading dim of a state pool indexed by slot indices
 
@@ -22,6 +23,8 @@ class State:
     shapes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     grid: tuple[tuple[str, ...] | None, ...] = ()  # each grid axis as the launcher dims it spans (None: not dims)
+    sizes: dict[str, Size] = field(default_factory=dict)  # sizes computed from dims (NT = cdiv(T, BT))
+    free: set[str] = field(default_factory=set)  # required int arguments the sizes are made of (chunk_size)
 
 
 

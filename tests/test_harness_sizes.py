@@ -1,0 +1,226 @@
+"""Layouts the launcher does not unpack, read off the kernel: tensors shaped by sizes the launcher computes
+(a chunk size, a chunk count), addresses with offsets of unknown extent inside an axis, a pointer moved
+by ``p = p + off``, an outermost index the grid does not show, a tensor allocated like another and one no
+kernel reads. Kernels of our own, written like the chunk and state kernels of linear-attention
+libraries; the gate judges them with the inferred harness."""
+from __future__ import annotations
+
+import pytest
+
+from skel.harness.infer import infer
+from skel.harness.writer import inferred_spec
+from skel.validate.gate import validate
+from skel.validate.load import load_spec
+from skel.validate.spec import Shape
+
+CHUNKED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def chunk_sum_kernel(x, A, h, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr):
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    NT = tl.cdiv(T, BT)
+    o_t = i_t * BT + tl.arange(0, BT)
+    o_c = tl.arange(0, BT)
+    o_k = tl.arange(0, K)
+    m_t = o_t < T
+    b_x = tl.load(x + (i_b * T * H + i_h) * K + o_t[:, None] * (H * K) + o_k[None, :], mask=m_t[:, None], other=0.)
+    b_a = tl.load(A + (i_b * T * H + i_h) * BT + o_t[:, None] * (H * BT) + o_c[None, :], mask=m_t[:, None],
+                  other=0.)
+    b_h = tl.sum(b_x.to(tl.float32) * tl.sum(b_a.to(tl.float32), 1)[:, None], 0)
+    tl.store(h + ((i_b * NT + i_t) * H + i_h) * K + o_k, b_h.to(h.dtype.element_ty))
+
+
+def chunk_sum(x: torch.Tensor, A: torch.Tensor, chunk_size: int = 16):
+    B, T, H, K = x.shape
+    BT = chunk_size
+    NT = triton.cdiv(T, BT)
+    h = x.new_empty(B, NT, H, K)
+    chunk_sum_kernel[(NT, B * H)](x, A, h, T, H=H, K=K, BT=BT)
+    return h
+'''
+
+SUB_BLOCKS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def last_row_kernel(g, dA, o, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    i_t, i_i, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    b_g = tl.load(g + (i_b * T + min(i_t * BT + BT, T) - 1) * H + i_h)
+    acc = tl.zeros([BC], dtype=tl.float32)
+    for j in range(0, BC):
+        p = dA + (i_b * T * H + i_h) * BT + (i_t * BT + tl.arange(0, BC)) * (H * BT) + i_i * BC + j
+        acc += tl.load(p, mask=(i_t * BT + tl.arange(0, BC)) < T, other=0.).to(tl.float32)
+    tl.store(o + ((i_b * T * H + i_h) + (i_t * BT + i_i * BC + tl.arange(0, BC)) * H),
+             (acc * b_g).to(o.dtype.element_ty), mask=(i_t * BT + i_i * BC + tl.arange(0, BC)) < T)
+
+
+def last_row(g: torch.Tensor, dA: torch.Tensor, chunk_size: int = 16):
+    B, T, H = g.shape
+    BT = chunk_size
+    BC = min(8, BT)
+    NT = triton.cdiv(T, BT)
+    o = torch.empty_like(g)
+    last_row_kernel[(NT, triton.cdiv(BT, BC), B * H)](g, dA, o, T, H=H, BT=BT, BC=BC)
+    return o
+'''
+
+MOVED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gqa_state_kernel(q, dh0, T, HQ: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    i_nh = tl.program_id(0)
+    i_n, i_hq = i_nh // HQ, i_nh % HQ
+    q = q + (i_n * T * HQ + i_hq) * K
+    o_k = tl.arange(0, K)
+    o_v = tl.arange(0, V)
+    m_k = o_k < K
+    m_v = o_v < V
+    acc = tl.zeros([K], dtype=tl.float32)
+    for t in range(0, T):
+        acc += tl.load(q + t * HQ * K + o_k, mask=m_k, other=0.).to(tl.float32)
+    b = acc[:, None] * (o_v[None, :] + 1).to(tl.float32)
+    tl.store(dh0 + i_nh * K * V + o_k[:, None] * V + o_v[None, :], b, mask=m_k[:, None] & m_v[None, :])
+
+
+def gqa_state(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, h0: torch.Tensor):
+    B, T, H, K, V = *k.shape, v.shape[-1]
+    HQ = q.shape[2]
+    dh0 = torch.empty_like(h0, dtype=torch.float)
+    gqa_state_kernel[(B * HQ,)](q, dh0, T, HQ=HQ, K=K, V=V)
+    return dh0
+'''
+
+LEADING = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_kernel(x, T, H: tl.constexpr, D: tl.constexpr):
+    i_nh = tl.program_id(0)
+    i_n, i_h = i_nh // H, i_nh % H
+    o_d = tl.arange(0, D)
+    m = o_d < D
+    for t in range(0, T):
+        b = tl.load(x + ((i_n * T + t) * H + i_h) * D + o_d, mask=m, other=0.)
+        tl.store(x + ((i_n * T + t) * H + i_h) * D + o_d, b * 2, mask=m)
+
+
+def rows(x: torch.Tensor, k: torch.Tensor):
+    B, T, H, D = k.shape
+    rows_kernel[(k.shape[0] * H,)](x, T, H=H, D=D)
+'''
+
+
+def _shapes(h):
+    return {t.name: t.dims for t in h.tensors}
+
+
+@pytest.mark.static
+def test_a_chunk_size_and_count_shape_tensors(tmp_path):
+    path = tmp_path / "chunk_sum.py"
+    path.write_text(CHUNKED)
+    h = infer(path, CHUNKED)
+    assert _shapes(h) == {"x": ("B", "T", "H", "K"), "A": ("B", "T", "H", "BT")}
+    assert h.written["h"][0] == ("B", "NT", "H", "K")
+    assert {s.name: s.code for s in h.sizes} == {"BT": "16", "NT": "(-(-T // 16))"}
+    assert "BT" not in {d.name for d in h.dims} and "NT" not in {d.name for d in h.dims}
+
+
+@pytest.mark.static
+def test_a_required_chunk_size_is_a_tile_dim(tmp_path):
+    text = CHUNKED.replace("chunk_size: int = 16", "chunk_size: int")
+    path = tmp_path / "chunk_sum.py"
+    path.write_text(text)
+    h = infer(path, text)
+    assert _shapes(h)["A"] == ("B", "T", "H", "BT")
+    assert {s.name: s.code for s in h.sizes}["BT"] == "chunk_size"
+    tile = next(d for d in h.dims if d.name == "chunk_size")
+    assert tile.role == "tile" and tile.pow2 and tile.ci[0] >= 16
+    assert {v.name: v.code for v in h.values}["chunk_size"] == "chunk_size"
+
+
+@pytest.mark.static
+def test_the_spec_computes_the_sizes_per_shape(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "chunk_sum.py"
+    path.write_text(CHUNKED)
+    spec_path, _ = inferred_spec(path, CHUNKED)
+    spec = load_spec(spec_path)
+    inputs = spec.make_inputs(Shape.of(B=2, T=40, H=3, K=8), "float32", 0, "cpu")
+    assert tuple(inputs["A"].shape) == (2, 40, 3, 16)
+    # x, A read once and h (B, NT = 3, H, K) written once, float32
+    assert spec.bytes(Shape.of(B=2, T=40, H=3, K=8), "float32") == 4 * (2 * 40 * 3 * 8 + 2 * 40 * 3 * 16 + 2 * 3 * 3 * 8)
+
+
+@pytest.mark.static
+def test_offsets_inside_an_axis_and_a_clipped_row(tmp_path):
+    """``i_i * BC + j`` (a sub-block and a loop inside the last axis of dA) and ``min(i_t * BT + BT, T) - 1``
+    (the last row of a chunk) are offsets inside axes: dA is [B, T, H, BT], g [B, T, H]."""
+    path = tmp_path / "last_row.py"
+    path.write_text(SUB_BLOCKS)
+    h = infer(path, SUB_BLOCKS)
+    assert _shapes(h) == {"g": ("B", "T", "H"), "dA": ("B", "T", "H", "BT")}
+
+
+@pytest.mark.parametrize("mutant", [None, "wrong index"])
+def test_zero_config_gate_on_a_chunked_kernel(mutant, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "chunk_sum.py"
+    path.write_text(CHUNKED)
+    text = CHUNKED
+    if mutant:  # the chunk's rows of A read with columns doubled up
+        text = text.replace("+ o_c[None, :], mask=m_t[:, None]", "+ o_c[None, :] // 2, mask=m_t[:, None]")
+        assert text != CHUNKED
+    cand = tmp_path / "cand.py"
+    cand.write_text(text)
+    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
+
+
+@pytest.mark.static
+def test_a_moved_pointer_a_tensor_allocated_like_another_and_one_no_kernel_reads(tmp_path):
+    """``q = q + (i_n * T * HQ + i_hq) * K`` moves q before the loads; ``dh0 = empty_like(h0)`` lays h0 out
+    as the kernel indexes dh0; ``v`` is only read for ``v.shape[-1]``."""
+    path = tmp_path / "gqa_state.py"
+    path.write_text(MOVED)
+    h = infer(path, MOVED)
+    assert _shapes(h) == {"q": ("B", "T", "HQ", "K"), "k": ("B", "T", "H", "K"), "v": ("V",),
+                          "h0": ("B", "HQ", "K", "V")}
+
+
+@pytest.mark.static
+def test_an_outermost_index_the_grid_does_not_show(tmp_path):
+    path = tmp_path / "rows.py"
+    path.write_text(LEADING)
+    h = infer(path, LEADING)
+    assert _shapes(h) == {"x": ("B", "T", "H", "D"), "k": ("B", "T", "H", "D")}
+    assert any("outermost index" in n for n in h.notes)
+
+
+@pytest.mark.parametrize("mutant", [None, "dropped term"])
+def test_zero_config_gate_on_a_moved_pointer(mutant, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "gqa_state.py"
+    path.write_text(MOVED)
+    text = MOVED.replace("(o_v[None, :] + 1)", "(o_v[None, :] + 0)") if mutant else MOVED
+    cand = tmp_path / "cand.py"
+    cand.write_text(text)
+    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
