@@ -177,7 +177,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     sizes = _used_sizes(st, tensors)
     dim_list = _dims(st, tensors, dims or {}, sizes)
     tensor_args = tuple(_tensor_arg(st, t, others) for t in tensors)
-    values = _values(st, tensors, variants, {d.name for d in dim_list})
+    values = _values(st, tensors, variants, {d.name for d in dim_list}, values_of)
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
     arguments = tuple(p.name for p in lf.params if p.name in tensors or p.name in {v.name for v in values})
@@ -503,7 +503,31 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
 
 
-def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[str]) -> tuple[ValueArg, ...]:
+_LAUNCH_OPTIONS = {"num_warps": "4", "num_stages": "2", "num_ctas": "1"}
+
+
+def _compared_value(st: State, kparam: str | None, module: dict[str, object]) -> str | None:
+    """The first value the kernel compares ``kparam`` with (``mode == _MODE_LLAMA``, a module constant 0):
+    a mode switch, judged in its first mode."""
+    for text in st.kf.compared.get(kparam, ()) if kparam else ():
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = module.get(text)
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            return repr(value)
+    return None
+
+
+def _dim_of(st: State, kparam: str, dims: set[str]) -> str | None:
+    """The launcher dim bound to kernel parameter ``kparam`` (``n_cols=n_cols``), if it is one."""
+    name = st.binding.get(kparam, kparam)
+    name = st.lf.dim_alias.get(name, name)
+    return name if name in dims else None
+
+
+def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[str],
+            module: dict[str, object] | None = None) -> tuple[ValueArg, ...]:
     out = []
     for p in st.lf.params:
         if p.name in tensors:
@@ -539,6 +563,12 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
         elif use == "sentinel":
             out.append(ValueArg(p.name, "-100", f"compared for equality with loaded values in {st.kf.name}: a"
                                                  " sentinel (an ignore index) no drawn value takes, -100"))
+        elif kparam in st.kf.covers and _dim_of(st, st.kf.covers[kparam], dims):
+            dim = _dim_of(st, st.kf.covers[kparam], dims)
+            out.append(ValueArg(p.name, f"(1 << max(0, {dim} - 1).bit_length())",
+                                f"a tile one block of which covers {dim} (tl.arange(0, {kparam}) masked by"
+                                f" < {st.kf.covers[kparam]}, no loop over it, in {st.kf.name}): the power of two"
+                                f" at or above {dim}"))
         elif kparam in st.kf.arange_bounds and kparam in st.kf.constexprs:
             out.append(ValueArg(p.name, "16", f"a tile size (tl.arange(0, {kparam}) in {st.kf.name}): 16, a power"
                                                " of two"))
@@ -551,6 +581,11 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
             out.append(ValueArg(p.name, code, f"multiplies values in {st.kf.name}: a scale ({code})"))
         elif "int" in p.annotation:
             out.append(ValueArg(p.name, "1", "an int the code does not constrain"))
+        elif kparam in _LAUNCH_OPTIONS:
+            out.append(ValueArg(p.name, _LAUNCH_OPTIONS[kparam], f"the launch's {kparam}: {_LAUNCH_OPTIONS[kparam]}"))
+        elif (mode := _compared_value(st, kparam, module or {})) is not None:
+            out.append(ValueArg(p.name, mode, f"{st.kf.name} compares it with {', '.join(st.kf.compared[kparam])}:"
+                                              f" a mode, judged as the first ({mode}; edit the spec for the others)"))
         elif kparam in st.kf.flags:  # a constexpr the kernel branches on: its own default
             code = repr(st.kf.flags[kparam] or p.name in variants)
             out.append(ValueArg(p.name, code, f"a flag {st.kf.name} branches on: {code} (its default; --variant NAME"

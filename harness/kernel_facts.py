@@ -55,6 +55,11 @@ class KernelFacts:
     # local names that are roots with a value the arithmetic does not expand (``NT = tl.cdiv(T, BT)``),
     # with that value: a size the harness may compute from the parameters
     root_defs: dict[str, ast.AST] = field(default_factory=dict)
+    # parameter -> what the kernel compares it with for equality, in source order (``mode == _MODE_A``)
+    compared: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # tile parameter -> the parameter its one block must cover: ``offs = tl.arange(0, BLOCK)`` masked by
+    # ``offs < n_cols`` with no loop stepping over BLOCK (a row in one block)
+    covers: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def bounded(dim: str) -> str:
@@ -350,7 +355,34 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
                        _tested_flags(whole, constexprs), offsets, frozenset(packed),
                        frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)),
-                       {k: v for k, v in ex.root_defs.items() if k in ex.roots})
+                       {k: v for k, v in ex.root_defs.items() if k in ex.roots}, _compared(whole, params),
+                       _covers(fn, ex, frozenset(aranges)))
+
+
+def _covers(fn: ast.FunctionDef, ex: _Expander, tiles: frozenset[str]) -> dict[str, str]:
+    looped = {n.id for loop in ast.walk(fn) if isinstance(loop, ast.For) and _call_name(loop.iter) == "range"
+              for a in loop.iter.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+    out: dict[str, str] = {}
+    for poly, bound in ex.masks:
+        for m, _ in poly.terms:
+            for f in m:
+                tile = f[7:-1] if f.startswith("arange(") else None
+                if tile in tiles and tile not in looped and tile != bound:
+                    out.setdefault(tile, bound)
+    return out
+
+
+def _compared(fn: ast.FunctionDef, params: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    nodes = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Compare) and len(n.ops) == 1
+                    and isinstance(n.ops[0], (ast.Eq, ast.NotEq)) and isinstance(n.left, ast.Name)
+                    and n.left.id in params and isinstance(n.comparators[0], (ast.Constant, ast.Name))),
+                   key=lambda n: (n.lineno, n.col_offset))
+    for n in nodes:
+        text = ast.unparse(n.comparators[0])
+        if text not in out.setdefault(n.left.id, []):
+            out[n.left.id].append(text)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _unread(fn: ast.FunctionDef, param: str) -> bool:

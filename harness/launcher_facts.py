@@ -136,6 +136,9 @@ class _Reader(ast.NodeVisitor):
         if isinstance(test, ast.Name) and test.id in self.env:
             value = self.env[test.id]
             return None if value is UNKNOWN else bool(value)
+        flag = _bool_test(test)
+        if flag is not None and flag[0] in self.env and self.env[flag[0]] is not UNKNOWN:
+            return (self.env[flag[0]] is True) == flag[1]  # `x is True` / `x == False`
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
                 and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
                 and test.comparators[0].value is None:
@@ -288,6 +291,9 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_If(self, node: ast.If) -> None:
+        flag = _bool_test(node.test)
+        if flag is not None and self.f.param(flag[0]):
+            self.f.conditions.add(flag[0])  # `if in_place is True:`: a flag
         if isinstance(node.test, ast.Name):
             self.f.conditions.add(node.test.id)
             if any(isinstance(n, ast.Call) and (getattr(n.func, "attr", "") in _ALLOC or getattr(n.func, "id", "") in _ALLOC)
@@ -469,6 +475,18 @@ def _numel_over(value: ast.AST) -> tuple[str, str] | None:
     return None
 
 
+def _bool_test(test: ast.AST) -> tuple[str, bool] | None:
+    """``x is True`` / ``x == True`` -> (x, True); ``x is False`` / ``x is not True`` -> (x, False)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+            and isinstance(test.comparators[0], ast.Constant) and isinstance(test.comparators[0].value, bool):
+        op, value = test.ops[0], test.comparators[0].value
+        if isinstance(op, (ast.Is, ast.Eq)):
+            return test.left.id, value
+        if isinstance(op, (ast.IsNot, ast.NotEq)):
+            return test.left.id, not value
+    return None
+
+
 def _tests_none(test: ast.AST) -> bool:
     return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
         and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
@@ -490,12 +508,18 @@ def module_values(tree: ast.Module) -> dict[str, object]:
     out: dict[str, object] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except (ValueError, SyntaxError, TypeError):
-                if isinstance(node.value, ast.Dict):
-                    out[node.targets[0].id] = {ast.literal_eval(k): None for k in node.value.keys
-                                               if isinstance(k, ast.Constant)}
+            target, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            target, value = node.target.id, node.value  # _MODE: tl.constexpr = tl.constexpr(0)
+        else:
+            continue
+        if isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] == "constexpr" and value.args:
+            value = value.args[0]
+        try:
+            out[target] = ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError):
+            if isinstance(value, ast.Dict):
+                out[target] = {ast.literal_eval(k): None for k in value.keys if isinstance(k, ast.Constant)}
     return out
 
 

@@ -255,7 +255,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         size = str(sum(c for _, c in poly.terms) + 1)
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
         return (size,)
-    own_axes = _own_strides(tensor, poly, dims)
+    own_axes = _own_strides(st, tensor, poly, polys, known, dims)
     if own_axes:
         st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
         return own_axes
@@ -285,9 +285,9 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     terms = sorted(((Counter(f for f in m if not _is_root(f, dims)), tuple(sorted(f for f in m if _is_root(f, dims))))
                     for m, _ in poly.terms), key=lambda t: sum(t[0].values()))
     shape = _chain(st, tensor, terms, polys, known, dims)
-    for loops in (True, False):  # a loop over a size may walk inside an axis too
-        if shape is None:
-            shape = _chain_of_axes(st, tensor, terms, polys, known, dims, loops)
+    for loops, chunks in ((True, True), (False, True), (False, False)):  # inside an axis: a loop over a
+        if shape is None:  # size, an index scaled by a chunk size (i_t * BT)
+            shape = _chain_of_axes(st, tensor, terms, polys, known, dims, loops, chunks)
     if shape is None:
         return None
     shape = prefix + shape
@@ -336,22 +336,31 @@ def _leading(st: State, tensor: str, inner: list[str], known: dict[str, tuple[st
 
 
 def _chain_of_axes(st: State, tensor: str, terms: list, polys: dict[str, Poly],
-                   known: dict[str, tuple[str, ...]], dims: set[str], loops: bool = True) -> list[str] | None:
+                   known: dict[str, tuple[str, ...]], dims: set[str], loops: bool = True,
+                   chunks: bool = True) -> list[str] | None:
     """The layout read off the terms whose index has a known extent, the others taken as offsets inside
     an axis: ``BT*H*T*mask<B + BT*H*mask<T + BT*mask<H + BC*i_i + loop:j`` (a sub-block ``i_i`` and a
     loop ``j`` inside the last axis) is [B, T, H, BT]; a constant (``-1*H``: the row before) is an offset
     too. Every offset's stride must be of lower order than the outermost axis's (it moves inside the
     tensor), and an innermost stride of one dim is that axis (the offsets walk it). With ``loops`` False a
-    loop over a size is an offset too (``for j in range(BC)`` stepping inside a row of BT)."""
+    loop over a size is an offset too (``for j in range(BC)`` stepping inside a row of BT); with ``chunks``
+    False so is an index a chunk size scales (``i_t * BT * H*V``, a chunk's first row). An axis only
+    offsets index sits between two known ones (``BT*H*V*i_t + H*T*V*mask<B + V*mask<H + mask<V``:
+    [B, T, H, V])."""
+    tiles = set(st.sizes) | st.free
     axes = [(stride, roots) for stride, roots in terms
             if roots and (loops or not any(r.startswith("loop:") for r in roots))
+            and (chunks or not (set(stride) & tiles and not any(r.startswith("mask<") for r in roots)))
             and _known_part(st, tensor, roots, False, False, polys, known, dims) is not None]
     if not axes or len(axes) == len(terms):
         return None
     outer = axes[-1][0]
-    for stride, roots in terms:
-        if (stride, roots) not in axes and sum(stride.values()) >= sum(outer.values()):
-            return None
+
+    def order(stride: Counter) -> int:  # a chunk or tile size scales an index inside an axis
+        return sum(n for f, n in stride.items() if f not in tiles)
+    offsets = [stride for stride, roots in terms if (stride, roots) not in axes]
+    if any(order(stride) >= order(outer) for stride in offsets):
+        return None
     inner: list[str] = []
     if sum(axes[0][0].values()):
         if sum(axes[0][0].values()) != 1:
@@ -368,7 +377,14 @@ def _chain_of_axes(st: State, tensor: str, terms: list, polys: dict[str, Poly],
             return None
         shape = part + shape
         if k < len(axes) - 1 and axes[k + 1][0] != stride + Counter(part):
-            return None
+            # an axis only offsets index (``(i_t * BT + i_i * BC) * H*V`` in [B, T, H, V]): one dim between
+            # this stride and the next, and an offset moving at exactly this stride
+            here = stride + Counter(part)
+            gap = axes[k + 1][0] - here
+            if here - axes[k + 1][0] or sum(gap.values()) != 1 or next(iter(gap)) in tiles \
+                    or not any(Counter({f: n for f, n in o.items() if f not in tiles}) == here for o in offsets):
+                return None
+            shape = [next(iter(gap))] + shape
     st.notes.append(f"'{tensor}': offsets of unknown extent inside its axes taken as such")
     return shape
 
@@ -381,7 +397,7 @@ def _known_part(st: State, tensor: str, roots: tuple[str, ...], outer: bool, fir
     if len(roots) == 1 and roots[0].startswith("loop:") and roots[0][5:] in dims:
         bound = roots[0][5:]  # a loop index spans [0, its stop)
     if len(roots) == 1 and bound is None:
-        bound = _min_bound(roots[0], st, dims)
+        bound = _min_bound(roots[0], st, dims) or _arange_bound(roots[0], st, dims)
     span = _span(st, tensor, roots, outer, polys, known, dims)
     grid = grid_spans(st)
     if first and bound and not outer:
@@ -393,6 +409,16 @@ def _known_part(st: State, tensor: str, roots: tuple[str, ...], outer: bool, fir
     if len(roots) == 1 and roots[0] in grid:  # a program id over a grid axis of several dims
         return list(grid[roots[0]])
     return None
+
+
+def _arange_bound(root: str, st: State, dims: set[str]) -> str | None:
+    """``arange(D)`` unmasked over a dim D spans it (not over a tile, ``BN = next_power_of_2(N)``, which
+    only covers a dim: its extent is what the next stride says)."""
+    if not (root.startswith("arange(") and root.endswith(")")):
+        return None
+    name = st.binding.get(root[7:-1], root[7:-1])
+    name = st.lf.dim_alias.get(name, name)
+    return name if name in dims and name not in st.sizes and name not in st.free else None
 
 
 def _min_bound(root: str, st: State, dims: set[str]) -> str | None:
@@ -412,26 +438,34 @@ def _min_bound(root: str, st: State, dims: set[str]) -> str | None:
     return None
 
 
-def _own_strides(tensor: str, poly: Poly, dims: set[str]) -> tuple[str, ...] | None:
-    """``x.stride(0)*mask<B + x.stride(1)*mask<T + x.stride(2)*mask<H`` (each axis i indexed over a dim
-    through ``x.stride(i)``, the last perhaps with stride 1): [B, T, H]."""
-    numbered: dict[int, str] = {}
-    last: list[str] = []  # the unit-stride axis, if any
+def _own_strides(st: State, tensor: str, poly: Poly, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+                 dims: set[str]) -> tuple[str, ...] | None:
+    """``x.stride(0)*mask<B + x.stride(1)*loop:T + x.stride(2)*mask<H`` (each axis i indexed through
+    ``x.stride(i)`` by an index of known extent, the last perhaps with stride 1): [B, T, H]. Other terms
+    on an axis (a constant, an index of unknown extent beside a known one) are offsets inside it."""
+    axes: dict[int | None, str] = {}  # stride axis (None: unit stride) -> dim
+    offsets: set[int | None] = set()
     own = f"{tensor}.stride("
     for m, c in poly.terms:
-        bounds = [b for b in map(KernelFacts.root_bound, m) if b is not None]
         strides = [f[len(own):-1] for f in m if f.startswith(own)]
-        if c != 1 or len(bounds) != 1 or bounds[0] not in dims or len(m) != 1 + len(strides) or len(strides) > 1:
+        roots = tuple(f for f in m if not f.startswith(own))
+        if len(strides) > 1 or (strides and not strides[0].isdigit()):
             return None
-        if not strides:
-            last.append(bounds[0])
-        elif strides[0].isdigit() and int(strides[0]) not in numbered:
-            numbered[int(strides[0])] = bounds[0]
-        else:
+        axis = int(strides[0]) if strides else None
+        if not roots:
+            offsets.add(axis)
+            continue
+        part = _known_part(st, tensor, roots, False, False, polys, known, dims) if len(roots) == 1 else None
+        if c != 1 or part is None or len(part) != 1:
+            offsets.add(axis)
+            continue
+        if axes.get(axis, part[0]) != part[0]:
             return None
-    if not numbered or len(last) > 1 or sorted(numbered) != list(range(len(numbered))):
+        axes[axis] = part[0]
+    numbered = sorted(a for a in axes if a is not None)
+    if not numbered or numbered != list(range(len(numbered))) or any(o not in axes for o in offsets):
         return None
-    return tuple(numbered[i] for i in range(len(numbered))) + tuple(last)
+    return tuple(axes[i] for i in numbered) + ((axes[None],) if None in axes else ())
 
 
 def _span(st: State, tensor: str, roots: tuple[str, ...], outer: bool, polys: dict[str, Poly],

@@ -15,7 +15,7 @@ from skel.cli import main
 from skel.validate import GateInputError, validate
 from skel.validate.bench import median_interval
 from skel.validate.load import TargetError, resolve_target, signature_problem
-from skel.validate.numerics import compare, index_str, nonfinite, poisoned_allocations
+from skel.validate.numerics import compare, describe_exception, index_str, nonfinite, poisoned_allocations
 from skel.validate.spec import Shape, Tolerance
 
 ROOT = Path(__file__).parent.parent
@@ -51,6 +51,15 @@ def test_nonfinite_is_reported_separately_with_its_index():
     assert "2 NaN/inf of 12" in msg and "[2, 1]" in msg
     assert nonfinite("o", torch.zeros(3)) is None
     assert index_str(7, (2, 2, 2)) == "[1, 1, 1]"
+
+
+def test_an_operation_the_interpreter_lacks_is_named():
+    """The CPU interpreter has no builder for some operations (bf16 constants: ``get_bf16``): the message
+    says the kernel must be judged on a GPU instead of leaving a bare AttributeError."""
+    exc = AttributeError("'InterpreterBuilder' object has no attribute 'get_bf16'")
+    text = describe_exception(exc, None)
+    assert "get_bf16" in text and "judge the kernel on a GPU" in text
+    assert "GPU" not in describe_exception(AttributeError("'NoneType' object has no attribute 'type'"), None)
 
 
 def test_poisoned_allocations_fill_and_restore():

@@ -345,10 +345,19 @@ def launch(x: torch.Tensor, y: torch.Tensor, ignore, BLOCK):
 
 def test_scalars_read_off_their_use(tmp_path):
     """A required scalar the kernel compares with loaded values is a sentinel no drawn value takes; one the
-    kernel uses as a tl.arange bound is a tile size (a power of two)."""
+    kernel uses as a tl.arange bound is a tile size (a power of two): here one block covers the masked row
+    (no loop over it), so the power of two at or above n; with a loop over the row, 16."""
     path = tmp_path / "pick.py"
     path.write_text(SCALARS)
     values = {v.name: v.code for v in infer(path, SCALARS).values}
+    assert values == {"ignore": "-100", "BLOCK": "(1 << max(0, n - 1).bit_length())"}
+    looped = SCALARS.replace("    v = tl.load(x + i * n + o, mask=o < n, other=0.0)\n    tl.store(out + i, tl.sum(v))",
+                             "    acc = tl.zeros([BLOCK], dtype=tl.float32)\n"
+                             "    for s in range(0, n, BLOCK):\n"
+                             "        acc += tl.load(x + i * n + s + o, mask=s + o < n, other=0.0)\n"
+                             "    tl.store(out + i, tl.sum(acc))")
+    assert looped != SCALARS
+    values = {v.name: v.code for v in infer(path, looped).values}
     assert values == {"ignore": "-100", "BLOCK": "16"}
 
 

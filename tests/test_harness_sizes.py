@@ -224,3 +224,134 @@ def test_zero_config_gate_on_a_moved_pointer(mutant, tmp_path, monkeypatch):
     r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
+
+
+STRIDED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def strided_kernel(x, y, s_b, s_t, s_c, y_b, y_t, T, C, BC: tl.constexpr):
+    i_b = tl.program_id(0)
+    o_c = tl.arange(0, BC)
+    m = o_c < C
+    for t in range(0, T):
+        v = tl.load(x + i_b * s_b + t * s_t + o_c * s_c, mask=m, other=0.)
+        tl.store(y + i_b * y_b + t * y_t + o_c, v * 3, mask=m)
+
+
+def strided(x: torch.Tensor, k: torch.Tensor):
+    B, T, C = k.shape
+    y = torch.empty_like(k)
+    strided_kernel[(B,)](x, y, x.stride(0), x.stride(1), x.stride(2), y.stride(0), y.stride(1), T, C,
+                         BC=triton.next_power_of_2(C))
+    return y
+'''
+
+CHUNK_ROWS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def chunk_rows_kernel(g, o, T, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    i_t, i_i, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_v = tl.arange(0, V)
+    m_v = o_v < V
+    b_g = tl.load(g + (i_b * T * H + i_h) * V + (i_t * BT + i_i * BC) * H * V + o_v, mask=m_v, other=0.)
+    tl.store(o + ((i_b * H + i_h) * tl.cdiv(T, BT) + i_t) * V + o_v, b_g, mask=m_v)
+
+
+def chunk_rows(g: torch.Tensor, k: torch.Tensor, chunk_size: int = 16):
+    B, T, H, K = k.shape
+    V = g.shape[-1]
+    BT = chunk_size
+    BC = min(8, BT)
+    NT = triton.cdiv(T, BT)
+    o = g.new_empty(B, H, NT, V)
+    chunk_rows_kernel[(NT, triton.cdiv(BT, BC), B * H)](g, o, T, H=H, V=V, BT=BT, BC=BC)
+    return o
+'''
+
+
+@pytest.mark.static
+def test_own_strides_indexed_by_a_loop(tmp_path):
+    """``x + i_b * x.stride(0) + t * x.stride(1) + o_c * x.stride(2)`` with ``t`` a loop over T: [B, T, C]."""
+    path = tmp_path / "strided.py"
+    path.write_text(STRIDED)
+    h = infer(path, STRIDED)
+    assert _shapes(h) == {"x": ("B", "T", "C"), "k": ("B", "T", "C")}
+
+
+@pytest.mark.static
+def test_an_axis_only_chunk_offsets_index(tmp_path):
+    """g's rows are indexed only by ``(i_t * BT + i_i * BC) * H*V`` (a chunk's first row), between the head
+    axis and the batch axis: g is [B, T, H, V]."""
+    path = tmp_path / "chunk_rows.py"
+    path.write_text(CHUNK_ROWS)
+    h = infer(path, CHUNK_ROWS)
+    assert _shapes(h) == {"g": ("B", "T", "H", "V"), "k": ("B", "T", "H", "K")}
+
+
+MODES = '''
+import torch
+import triton
+import triton.language as tl
+
+_MODE_A: tl.constexpr = tl.constexpr(0)
+_MODE_B: tl.constexpr = tl.constexpr(1)
+
+
+@triton.jit
+def row_scale_kernel(X, Y, W, n_cols, mode: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    m = offs < n_cols
+    x = tl.load(X + row * n_cols + offs, mask=m, other=0.)
+    w = tl.load(W + offs, mask=m, other=0.)
+    if mode == _MODE_A:
+        y = x * w
+    else:
+        y = x * (1.0 + w)
+    tl.store(Y + row * n_cols + offs, y, mask=m)
+
+
+def row_scale_backward(X, W, mode, BLOCK_SIZE, num_warps, in_place):
+    n_rows, n_cols = X.shape
+    if in_place is True:
+        Y = X
+    else:
+        Y = torch.empty_like(X)
+    row_scale_kernel[(n_rows,)](X, Y, W, n_cols, mode=mode, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return Y
+'''
+
+
+@pytest.mark.static
+def test_required_arguments_read_off_their_use(tmp_path):
+    """A mode the kernel compares with module constants (``tl.constexpr(0)``): the first; a tile one block
+    of which covers a masked dim: the power of two at or above it; the launch's num_warps: 4; a flag
+    tested ``is True``: False."""
+    path = tmp_path / "row_scale.py"
+    path.write_text(MODES)
+    h = infer(path, MODES)
+    assert {v.name: v.code for v in h.values} == {
+        "mode": "0", "BLOCK_SIZE": "(1 << max(0, n_cols - 1).bit_length())", "num_warps": "4", "in_place": "False"}
+
+
+@pytest.mark.parametrize("mutant", [None, "first mode"])
+def test_zero_config_gate_on_a_mode_switch(mutant, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "row_scale.py"
+    path.write_text(MODES)
+    text = MODES.replace("y = x * w\n", "y = x * w * 1.01\n") if mutant else MODES
+    assert (text != MODES) == bool(mutant)
+    cand = tmp_path / "cand.py"
+    cand.write_text(text)
+    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons

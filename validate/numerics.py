@@ -107,7 +107,10 @@ def describe_exception(exc: BaseException, source: Path | None) -> str:
     first = text[0] if text else ""
     if len(first) > 200:
         first = first[:197] + "..."
-    return f"{type(exc).__name__}: {first}{where}"
+    hint = ""
+    if "InterpreterBuilder" in first and "has no attribute" in first:  # e.g. get_bf16: bf16 constants
+        hint = " (Triton's CPU interpreter lacks this operation: judge the kernel on a GPU, --device cuda)"
+    return f"{type(exc).__name__}: {first}{where}{hint}"
 
 
 def clone_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
