@@ -130,7 +130,6 @@ def _shapes(h):
     return {t.name: t.dims for t in h.tensors}
 
 
-@pytest.mark.static
 def test_a_chunk_size_and_count_shape_tensors(tmp_path):
     path = tmp_path / "chunk_sum.py"
     path.write_text(CHUNKED)
@@ -141,7 +140,6 @@ def test_a_chunk_size_and_count_shape_tensors(tmp_path):
     assert "BT" not in {d.name for d in h.dims} and "NT" not in {d.name for d in h.dims}
 
 
-@pytest.mark.static
 def test_a_required_chunk_size_is_a_tile_dim(tmp_path):
     text = CHUNKED.replace("chunk_size: int = 16", "chunk_size: int")
     path = tmp_path / "chunk_sum.py"
@@ -154,7 +152,6 @@ def test_a_required_chunk_size_is_a_tile_dim(tmp_path):
     assert {v.name: v.code for v in h.values}["chunk_size"] == "chunk_size"
 
 
-@pytest.mark.static
 def test_the_spec_computes_the_sizes_per_shape(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "chunk_sum.py"
@@ -167,7 +164,6 @@ def test_the_spec_computes_the_sizes_per_shape(tmp_path, monkeypatch):
     assert spec.bytes(Shape.of(B=2, T=40, H=3, K=8), "float32") == 4 * (2 * 40 * 3 * 8 + 2 * 40 * 3 * 16 + 2 * 3 * 3 * 8)
 
 
-@pytest.mark.static
 def test_offsets_inside_an_axis_and_a_clipped_row(tmp_path):
     """``i_i * BC + j`` (a sub-block and a loop inside the last axis of dA) and ``min(i_t * BT + BT, T) - 1``
     (the last row of a chunk) are offsets inside axes: dA is [B, T, H, BT], g [B, T, H]."""
@@ -193,7 +189,6 @@ def test_zero_config_gate_on_a_chunked_kernel(mutant, tmp_path, monkeypatch):
     assert r.accepted == (mutant is None), r.reasons
 
 
-@pytest.mark.static
 def test_a_moved_pointer_a_tensor_allocated_like_another_and_one_no_kernel_reads(tmp_path):
     """``q = q + (i_n * T * HQ + i_hq) * K`` moves q before the loads; ``dh0 = empty_like(h0)`` lays h0 out
     as the kernel indexes dh0; ``v`` is only read for ``v.shape[-1]``."""
@@ -204,7 +199,6 @@ def test_a_moved_pointer_a_tensor_allocated_like_another_and_one_no_kernel_reads
                           "h0": ("B", "HQ", "K", "V")}
 
 
-@pytest.mark.static
 def test_an_outermost_index_the_grid_does_not_show(tmp_path):
     path = tmp_path / "rows.py"
     path.write_text(LEADING)
@@ -278,7 +272,6 @@ def chunk_rows(g: torch.Tensor, k: torch.Tensor, chunk_size: int = 16):
 '''
 
 
-@pytest.mark.static
 def test_own_strides_indexed_by_a_loop(tmp_path):
     """``x + i_b * x.stride(0) + t * x.stride(1) + o_c * x.stride(2)`` with ``t`` a loop over T: [B, T, C]."""
     path = tmp_path / "strided.py"
@@ -287,7 +280,6 @@ def test_own_strides_indexed_by_a_loop(tmp_path):
     assert _shapes(h) == {"x": ("B", "T", "C"), "k": ("B", "T", "C")}
 
 
-@pytest.mark.static
 def test_an_axis_only_chunk_offsets_index(tmp_path):
     """g's rows are indexed only by ``(i_t * BT + i_i * BC) * H*V`` (a chunk's first row), between the head
     axis and the batch axis: g is [B, T, H, V]."""
@@ -331,7 +323,6 @@ def row_scale_backward(X, W, mode, BLOCK_SIZE, num_warps, in_place):
 '''
 
 
-@pytest.mark.static
 def test_required_arguments_read_off_their_use(tmp_path):
     """A mode the kernel compares with module constants (``tl.constexpr(0)``): the first; a tile one block
     of which covers a masked dim: the power of two at or above it; the launch's num_warps: 4; a flag
