@@ -188,9 +188,11 @@ class _Reader(ast.NodeVisitor):
                 self.f.flat.add(target.id)
                 return
             flat = _numel_over(value)
-            if flat and flat[1] in self.f.dims and self.f.axes.get(flat[0], {}).get(-1) == flat[1] \
-                    and 0 not in self.f.axes.get(flat[0], {}):
-                self._dim(target.id, flat[0], 0)  # T = g.numel() // H of g [..., H]: g taken as [T, H]
+            if flat and all(d in self.f.dims for d in flat[1]) and 0 not in self.f.axes.get(flat[0], {}) \
+                    and all(self.f.axes.get(flat[0], {}).get(i - len(flat[1])) == d for i, d in enumerate(flat[1])):
+                # T = g.numel() // H of g [..., H] (or // (H * K) of g [..., H, K]): g taken as [T, H(, K)]
+                self._dim(target.id, flat[0], 0)
+                self.f.ranks.setdefault(flat[0], 1 + len(flat[1]))
                 return
             if src and src[1] is None:
                 self.shapes[target.id] = src[0]
@@ -466,12 +468,19 @@ def _dict_items(node: ast.AST | None) -> dict[str, ast.AST]:
     return {}
 
 
-def _numel_over(value: ast.AST) -> tuple[str, str] | None:
-    """``x.numel() // D`` -> (x, D): the rows of x taken as [rows, D]."""
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) and isinstance(value.right, ast.Name) \
+def _numel_over(value: ast.AST) -> tuple[str, tuple[str, ...]] | None:
+    """``x.numel() // D`` -> (x, (D,)), ``x.numel() // (H * K)`` -> (x, (H, K)): the rows of x."""
+    def names(node: ast.AST) -> tuple[str, ...] | None:
+        if isinstance(node, ast.Name):
+            return (node.id,)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            a, b = names(node.left), names(node.right)
+            return a + b if a is not None and b is not None else None
+        return None
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) and names(value.right) \
             and isinstance(value.left, ast.Call) and isinstance(value.left.func, ast.Attribute) \
             and value.left.func.attr == "numel" and isinstance(value.left.func.value, ast.Name):
-        return value.left.func.value.id, value.right.id
+        return value.left.func.value.id, names(value.right)
     return None
 
 

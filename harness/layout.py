@@ -312,6 +312,8 @@ def _chain(st: State, tensor: str, terms: list, polys: dict[str, Poly], known: d
             part = [next(iter(extra))]
         if part is None and shape:
             part = _leading(st, tensor, shape, known)
+        if part is None and shape and outer:
+            part = _rows(st, tensor, roots, stride, dims)
         if part is None:
             return None
         shape = part + shape
@@ -333,6 +335,26 @@ def _leading(st: State, tensor: str, inner: list[str], known: dict[str, tuple[st
     st.notes.append(f"'{tensor}': its outermost index has no extent the code shows; taken as {lead}, the leading"
                     f" dim of the tensors whose next axis is {inner[0]}")
     return [lead]
+
+
+def _rows(st: State, tensor: str, roots: tuple[str, ...], stride: Counter, dims: set[str]) -> list[str] | None:
+    """An outermost program id over a grid axis the launcher counts from a tensor (``(delta.numel(),)``,
+    rows of a flattened view) with a stride of dims only: one row per program, a dim of its own (``N``),
+    shared by every tensor the same program id indexes."""
+    if len(roots) != 1 or not roots[0].startswith("pid") or not roots[0][3:].isdigit():
+        return None
+    if any(f not in dims or f in st.sizes or f in st.free for f in stride):
+        return None
+    axis = int(roots[0][3:])
+    if axis < len(st.grid) and st.grid[axis]:
+        return None  # a grid axis of dims: already read
+    if roots[0] not in st.rows:
+        taken = dims | set(st.rows.values())
+        st.rows[roots[0]] = next(n for n in ("N", "R", "N_rows", "ROWS") if n not in taken)
+    name = st.rows[roots[0]]
+    st.notes.append(f"'{tensor}': one row per program of grid axis {axis}, which the launcher counts from a tensor"
+                    f" (not a dim): rows taken as a dim of their own, {name}")
+    return [name]
 
 
 def _chain_of_axes(st: State, tensor: str, terms: list, polys: dict[str, Poly],

@@ -25,6 +25,7 @@ class State:
     grid: tuple[tuple[str, ...] | None, ...] = ()  # each grid axis as the launcher dims it spans (None: not dims)
     sizes: dict[str, Size] = field(default_factory=dict)  # sizes computed from dims (NT = cdiv(T, BT))
     free: set[str] = field(default_factory=set)  # required int arguments the sizes are made of (chunk_size)
+    rows: dict[str, str] = field(default_factory=dict)  # program id over rows the launcher counts -> its dim
 
 
 

@@ -346,3 +346,81 @@ def test_zero_config_gate_on_a_mode_switch(mutant, tmp_path, monkeypatch):
     r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
+
+
+ROWS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_dot_kernel(o, do, delta, V: tl.constexpr, BV: tl.constexpr):
+    i = tl.program_id(0)
+    offs = tl.arange(0, BV)
+    m = offs < V
+    a = tl.load(o + i * V + offs, mask=m, other=0.).to(tl.float32)
+    b = tl.load(do + i * V + offs, mask=m, other=0.).to(tl.float32)
+    tl.store(delta + i, tl.sum(a * b))
+
+
+def row_dot(o: torch.Tensor, do: torch.Tensor):
+    V = o.shape[-1]
+    delta = torch.empty_like(o[..., 0], dtype=torch.float)
+    row_dot_kernel[(delta.numel(),)](o, do, delta, V=V, BV=triton.next_power_of_2(V))
+    return delta
+'''
+
+GATE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gate_kernel(g, y, T, H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    o_t = i_t * BT + tl.arange(0, BT)
+    o_d = tl.arange(0, BD)
+    m = (o_t < T)[:, None] & (o_d < D)[None, :]
+    p = i_h * D + o_t[:, None] * (H * D) + o_d[None, :]
+    b = tl.load(g + p, mask=m, other=0.)
+    tl.store(y + p, -tl.exp(b), mask=m)
+
+
+def gate(g: torch.Tensor):
+    H, K = g.shape[-2:]
+    T = g.numel() // (H * K)
+    y = torch.empty_like(g)
+    gate_kernel[(triton.cdiv(T, 16), H)](g, y, T, H=H, D=K, BT=16, BD=triton.next_power_of_2(K))
+    return y
+'''
+
+
+def test_rows_of_a_flattened_view_are_a_dim(tmp_path):
+    """A grid of ``delta.numel()`` programs, one row of o and do each: the rows are a dim of their own."""
+    path = tmp_path / "row_dot.py"
+    path.write_text(ROWS)
+    h = infer(path, ROWS)
+    assert _shapes(h) == {"o": ("N", "V"), "do": ("N", "V")}
+    assert next(d for d in h.dims if d.name == "N").role == "batch"
+
+
+def test_rows_counted_by_a_numel_quotient_of_several_dims(tmp_path):
+    """``T = g.numel() // (H * K)`` of g [..., H, K]: g is [T, H, K]."""
+    path = tmp_path / "gate.py"
+    path.write_text(GATE)
+    assert _shapes(infer(path, GATE)) == {"g": ("T", "H", "K")}
+
+
+@pytest.mark.parametrize("mutant", [None, "wrong operand"])
+def test_zero_config_gate_on_rows(mutant, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "row_dot.py"
+    path.write_text(ROWS)
+    text = ROWS.replace("tl.sum(a * b)", "tl.sum(a * a)") if mutant else ROWS
+    cand = tmp_path / "cand.py"
+    cand.write_text(text)
+    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
