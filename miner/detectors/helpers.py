@@ -68,21 +68,32 @@ def split_args(args: str) -> list[str]:
     return out
 
 
+_NUMBER_E = re.compile(r"^\d[\d.]*[eE]$")
+
+
 def terms(expr: str, sep: str = "+-") -> list[str]:
     """Top-level operands of ``expr`` split at the operators in ``sep`` (unary signs kept)."""
     out, depth, cur = [], 0, ""
     prev = ""  # the last non-blank character before position i (kept as we go: no rescan per character)
+    word = ""  # the run of name / number characters that ends just before position i
     for i, c in enumerate(expr):
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        binary = prev and prev not in "(*/+-,=e"
+        # a sign after an exponent (1e-6, 2.5E+3) is part of the number; after a name ending in e
+        # (scale - m, q_scale * k_scale) it is an operator
+        exponent = prev in "eE" and _NUMBER_E.match(word) is not None
+        binary = prev and prev not in "(*/+-,=" and not exponent
         if depth == 0 and c in sep and binary and not (c == "*" and (expr[i + 1 : i + 2] == "*" or prev == "*")):
             out.append(cur.strip())
             cur = ""
         else:
             cur += c
+        if c.isalnum() or c in "_.":
+            word += c
+        elif not c.isspace():
+            word = ""
         if not c.isspace():
             prev = c
     out.append(cur.strip())
