@@ -163,6 +163,18 @@ def helper_scaled_kernel(X, S, Y, L, H: tl.constexpr, D: tl.constexpr, BLOCK_M: 
 
 
 @triton.jit
+def flat_kernel(X, Y, L, cu_seqlens, D: tl.constexpr, BLOCK_M: tl.constexpr):
+    pid = tl.program_id(0)
+    NM = tl.cdiv(L, BLOCK_M)
+    i_m, i_n = pid % NM, pid // NM
+    bos = tl.load(cu_seqlens + i_n)
+    offs_m = bos + i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, D)
+    ptrs = offs_m[:, None] * D + d[None, :]
+    tl.store(Y + ptrs, tl.load(X + ptrs, mask=offs_m[:, None] < L), mask=offs_m[:, None] < L)
+
+
+@triton.jit
 def plain_kernel(X, Y, L, H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
     start_m = tl.program_id(0)
     off_h = tl.program_id(1)
@@ -178,6 +190,7 @@ def run(x, s):
     H, L, D = x.shape
     scaled_kernel[(triton.cdiv(L, 128), H)](x, s, y, L, H=H, D=D, BLOCK_M=128, num_warps=8)
     helper_scaled_kernel[(triton.cdiv(L, 128), H)](x, s, y, L, H=H, D=D, BLOCK_M=128, num_warps=8)
+    flat_kernel[(triton.cdiv(L, 128) * H,)](x, y, L, s, D=D, BLOCK_M=128, num_warps=8)
     plain_kernel[(triton.cdiv(L, 128), H)](x, y, L, H=H, D=D, BLOCK_M=128, num_warps=8)
     return y
 '''
@@ -193,5 +206,6 @@ def test_a_per_tile_tensor_addressed_through_a_pointer_variable_keeps_its_tile_o
     assert any(h.get("num_warps") == 8 for h in hits), hits
     helped = [dict(f.params) for f in fs if f.kernel == "helper_scaled_kernel" and f.skeleton == "SK005"]
     assert helped and all("BLOCK_M" not in h for h in helped), f"S_ptr is read by the jit helper: {helped}"
-    plain = [dict(f.params) for f in fs if f.kernel == "plain_kernel" and f.skeleton == "SK005"]
-    assert plain and any("BLOCK_M" in h for h in plain), plain
+    for name in ("plain_kernel", "flat_kernel"):  # a count inside lane offsets, or one that splits a flat pid
+        plain = [dict(f.params) for f in fs if f.kernel == name and f.skeleton == "SK005"]
+        assert plain and any("BLOCK_M" in h for h in plain), (name, plain)
