@@ -319,21 +319,22 @@ MAX_CALL = re.compile(r"\btl\.(?:math\.)?(?:max|maximum)\s*\(")
 
 def _subtracted(expr: str) -> list[str]:
     """The operands that follow a top-level binary minus in ``expr`` (``qk - m_ij[:, None]`` -> [m_ij[:, None]])."""
-    out, depth, cur, minus, prev, before = [], 0, "", False, "", ""
+    out, depth, cur, minus, prev, word = [], 0, "", False, "", ""
     for c in expr + "+":
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        exponent = prev in "eE" and before.isdigit()  # 1e-6
+        exponent = prev in "eE" and re.fullmatch(r"\d[\d.]*[eE]", word) is not None  # 1e-6, not scale - m
         if depth == 0 and c in "+-" and prev and prev not in "(*/+-,=" and not exponent:
             if minus and cur.strip():
                 out.append(cur.strip())
             cur, minus = "", c == "-"
         else:
             cur += c
+        word = word + c if (c.isalnum() or c in "_.") else ("" if not c.isspace() else word)
         if not c.isspace():
-            prev, before = c, prev
+            prev = c
     return out
 
 

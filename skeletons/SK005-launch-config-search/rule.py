@@ -105,8 +105,10 @@ def _per_tile_access(ctx: Ctx, tile: str) -> str | None:
     # a pointer built from a tile count alone (S_ptr = S + s_offset + start_m) counts tiles too; a count used as
     # a divisor or modulus (i_v, i_nh = pid % NV, pid // NV) decomposes a flat program id into coordinates instead
     for _ in range(4):
-        grown = {t for a in ctx.assigns if set(WORDS.findall(a.rhs)) & counts and "arange" not in a.rhs
-                 and "load(" not in a.rhs and "/" not in a.rhs and "%" not in a.rhs and not set(WORDS.findall(a.rhs)) & lanes for t in a.targets if t not in lanes}
+        grown = {t for a in ctx.assigns
+                 if set(WORDS.findall(a.rhs)) & counts and not set(WORDS.findall(a.rhs)) & lanes
+                 and not any(x in a.rhs for x in ("arange", "load(", "/", "%"))
+                 for t in a.targets if t not in lanes}
         if grown <= counts:
             break
         counts |= grown
