@@ -75,8 +75,8 @@ def forward(q, k, v, q_scale, k_scale):
 def test_a_base2_online_softmax_whose_scale_comes_from_the_caller_is_an_exp2_instance():
     """sageattention folds log2(e) into q_scale in another module: the attention file has exp2 of logits
     minus their running max and no log2(e) anywhere. A max-subtracted exp2 whose logits are scaled is a
-    softmax computed in base 2, the skeleton's end state; exp2 of unscaled values (a max-subtracted
-    power of two) or of values scaled by a literal is not."""
+    softmax computed in base 2, the skeleton's end state; exp2 of unscaled values minus their maximum
+    (a power of two) or of scaled values with no maximum subtracted is not."""
     _, fs = mine(BASE2_SOFTMAX_SCALE_FROM_CALLER)
     assert kinds(fs, "_inner", "SK004") == {"instance"}
     assert kinds(fs, "attn_kernel", "SK004") == {"instance"}, "the helper's finding counts for its caller"
