@@ -68,23 +68,34 @@ def split_args(args: str) -> list[str]:
     return out
 
 
+_NUMBER_E = re.compile(r"^\d[\d.]*[eE]$")
+
+
 def terms(expr: str, sep: str = "+-") -> list[str]:
     """Top-level operands of ``expr`` split at the operators in ``sep`` (unary signs kept)."""
     out, depth, cur = [], 0, ""
     prev = ""  # the last non-blank character before position i (kept as we go: no rescan per character)
+    at = -1  # its position
     for i, c in enumerate(expr):
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        binary = prev and prev not in "(*/+-,=e"
+        binary = prev and prev not in "(*/+-,="
+        if binary and prev in "eE" and depth == 0 and c in sep:
+            # a sign after an exponent (1e-6, 2.5E+3) is part of the number; after a name ending in e
+            # (scale - m, q_scale * k_scale) it is an operator: read the token back (rare, so not per character)
+            start = at
+            while start > 0 and (expr[start - 1].isalnum() or expr[start - 1] in "_."):
+                start -= 1
+            binary = _NUMBER_E.match(expr[start:at + 1]) is None
         if depth == 0 and c in sep and binary and not (c == "*" and (expr[i + 1 : i + 2] == "*" or prev == "*")):
             out.append(cur.strip())
             cur = ""
         else:
             cur += c
         if not c.isspace():
-            prev = c
+            prev, at = c, i
     out.append(cur.strip())
     return [t for t in out if t]
 

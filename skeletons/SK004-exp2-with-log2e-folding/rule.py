@@ -314,10 +314,71 @@ def candidates(ctx: Ctx) -> list[Hit]:
     return [Hit.at(ln, ln, exp=f"{n}({a})") for ln, n, a in _opportunities(ctx)]
 
 
+MAX_CALL = re.compile(r"\btl\.(?:math\.)?(?:max|maximum)\s*\(")
+
+
+def _subtracted(expr: str) -> list[str]:
+    """The operands that follow a top-level binary minus in ``expr`` (``qk - m_ij[:, None]`` -> [m_ij[:, None]])."""
+    out, depth, cur, minus, prev, word = [], 0, "", False, "", ""
+    for c in expr + "+":
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        exponent = prev in "eE" and re.fullmatch(r"\d[\d.]*[eE]", word) is not None  # 1e-6, not scale - m
+        if depth == 0 and c in "+-" and prev and prev not in "(*/+-,=" and not exponent:
+            if minus and cur.strip():
+                out.append(cur.strip())
+            cur, minus = "", c == "-"
+        else:
+            cur += c
+        word = word + c if (c.isalnum() or c in "_.") else ("" if not c.isspace() else word)
+        if not c.isspace():
+            prev = c
+    return out
+
+
+def _base2_softmax(ctx: Ctx, line: int, arg: str) -> str | None:
+    """An exp2 of logits minus their (running) maximum, the logits multiplied by a scale that arrives as a
+    parameter or a loaded value: a softmax computed in base 2, the skeleton's end state, whose log2(e)
+    was folded into that scale wherever it was made (sageattention folds it into q_scale in its
+    quantization module). A max-subtracted exp2 of unscaled values (a power of two) is not one."""
+    chain = ctx.closure(arg, line, depth=6, through_loads=False)
+    rows = [("=", arg, line)] + [(a.op, a.rhs, a.line) for a in chain]
+    params = {p.name for p in ctx.p.params if not p.constexpr}
+
+    def is_max(term: str, at: int) -> bool:
+        if MAX_CALL.search(term):
+            return True
+        m = re.match(r"^\(?\s*([A-Za-z_]\w*)", term)
+        d = ctx.last_def(m.group(1), at) if m else None
+        return bool(d) and bool(MAX_CALL.search(d.rhs))
+
+    subtracted = [(t, ln) for op, rhs, ln in rows
+                  for t in ([rhs] if op == "-=" else _subtracted(rhs) if op == "=" else [])]
+    top = next((t for t, ln in subtracted if is_max(t, ln)), None)
+    if top is None:
+        return None
+    for op, rhs, ln in rows:
+        for term in _terms(rhs, "+-") if op in ("=", "*=") else ():
+            factors = _terms(term.lstrip("-").strip(), "*") if op == "=" else [rhs]
+            if op == "=" and len(factors) < 2:
+                continue
+            for f in factors:
+                name = f.strip("() ")
+                if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                    continue
+                d = ctx.last_def(name, ln - 1)
+                if (name in params and d is None) or (d is not None and LOAD_CALL.search(d.rhs)):
+                    return (f"line {ln}: the logits are scaled by {name}, which arrives from outside the kernel, "
+                            f"and {top} is subtracted: a base-2 softmax")
+    return None
+
+
 def instances(ctx: Ctx) -> list[Hit]:
     out = []
     for line, name, arg in _calls(ctx, "exp2", EXP2):
-        fold = _folding(ctx, line, arg)
+        fold = _folding(ctx, line, arg) or _base2_softmax(ctx, line, arg)
         if fold and all(h.line != line for h in out):
             out.append(Hit.at(line, line, exp2=f"{name}({arg})", log2e=fold))
     return out

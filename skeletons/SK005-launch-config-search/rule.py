@@ -13,7 +13,7 @@ import heapq
 import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
-from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function, indirect_launch
+from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function, indirect_launch, root_param
 from skel.rewriter.launch_search import MARKER
 from skel.rewriter.launch_search import rewrite as _launch_rewrite
 from skel.skeletons.rule import Rule, folder_code
@@ -29,6 +29,8 @@ ALLOC = re.compile(r"\b(?:torch\.(?:empty|zeros|ones|full)|new_(?:empty|zeros|on
 NEEDS = {"alloc": ("torch.", "new_", "_like"), "assign": ("=",)}
 ASSIGN_LINE = re.compile(r"^[A-Za-z_][\w, ]*=[^=]")
 WORDS = re.compile(r"\w+")
+HELPER_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")  # a bare call: a jit helper (tl.* calls are attributes)
+BUILTINS = {"min", "max", "int", "float", "len", "range", "abs", "bool", "print", "isinstance"}
 TILE = re.compile(r"^(B[A-Z]{1,2}|BLOCK\w*|\w*_BLOCK\w*|TILE\w*|BLOCK_SIZE\w*)$")
 
 
@@ -88,7 +90,8 @@ def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
 def _per_tile_access(ctx: Ctx, tile: str) -> str | None:
     """``n = tl.cdiv(N, BLOCK_SIZE); tl.load(s_ptr + pid_m * n + pid_n)``: the kernel reads or writes a
     tensor with one element per tile (its address counts tiles, and no lane offset enters it), so the
-    tile size is that tensor's layout, whoever allocates it."""
+    tile size is that tensor's layout, whoever allocates it. The count may reach the address through
+    offset and pointer variables that no lane offset enters (``S_ptr = S + s_offset + start_m``)."""
     count = re.compile(rf"\bcdiv\s*\([^()]*,\s*{re.escape(tile)}\s*\)")
     counts = {t for a in ctx.assigns if count.search(a.rhs) for t in a.targets}
     if not counts:
@@ -99,10 +102,32 @@ def _per_tile_access(ctx: Ctx, tile: str) -> str | None:
         if grown <= lanes:
             break
         lanes |= grown
+    # a pointer built from a tile count alone (S_ptr = S + s_offset + start_m) counts tiles too; a count used as
+    # a divisor or modulus (i_v, i_nh = pid % NV, pid // NV) decomposes a flat program id into coordinates instead
+    for _ in range(4):
+        grown = {t for a in ctx.assigns
+                 if set(WORDS.findall(a.rhs)) & counts and not set(WORDS.findall(a.rhs)) & lanes
+                 and not any(x in a.rhs for x in ("arange", "load(", "/", "%"))
+                 for t in a.targets if t not in lanes}
+        if grown <= counts:
+            break
+        counts |= grown
     for m in ctx.p.memops:
         words = set(WORDS.findall(m.pointer))
         if words & counts and not words & lanes and "arange" not in m.pointer:
             return f"line {m.line}: {m.kind} {m.pointer} has one element per {tile} tile"
+    params = {p.name for p in ctx.p.params if not p.constexpr}
+    for ln in range(ctx.p.line + 1, ctx.p.end_line + 1):  # such a pointer handed to a jit helper, which reads it
+        text = ctx.statement(ln)                            # (K_scale_ptr in sageattention's _attn_fwd_inner)
+        if not set(WORDS.findall(text)) & counts:
+            continue
+        for call in HELPER_CALL.finditer(text):
+            if call.group(1) in BUILTINS or call.group(1) == "def":
+                continue
+            for word in set(WORDS.findall(text[call.end():])) & counts:
+                if re.search(rf"[(,]\s*{re.escape(word)}\s*[,)]", text[call.end() - 1:]) and \
+                        root_param(ctx, word, ln) in params:
+                    return f"line {ln}: {word}, one element per {tile} tile, is passed to {call.group(1)}"
     return None
 
 

@@ -72,13 +72,21 @@ def _mapping(ctx: Ctx) -> list[tuple[int, str]]:
     pids = None
     for a in ctx.assigns:
         m = GROUP_RE.search(a.rhs)
-        if not m or not any(re.fullmatch(HEADISH, t, re.I) or re.search(r"head", t, re.I) for t in a.targets):
+        if not m or not (any(re.fullmatch(HEADISH, t, re.I) or re.search(r"head", t, re.I) for t in a.targets)
+                         or _address(ctx, a)):
             continue
         pids = _pid_derived(ctx) if pids is None else pids  # only for kernels with a candidate division
         if m.group("num") in pids and not _divmod_split(ctx, m.group("num"), m.group(0)[len(m.group("num")):]):
             out.append((a.line, f"{', '.join(a.targets)} = {a.rhs}"))
     cache["map"] = out
     return out
+
+
+def _address(ctx: Ctx, a) -> bool:
+    """``K_ptrs = K + (off_h // num_kv_groups) * stride_kh``: the division sits inside a pointer built from a
+    tensor parameter (the key head computed in the address, never named), which maps the head all the same."""
+    params = {p.name for p in ctx.p.params if not p.constexpr}
+    return len(a.targets) == 1 and root_param(ctx, a.targets[0], a.line + 1) in params
 
 
 def _divmod_split(ctx: Ctx, num: str, division: str) -> bool:
