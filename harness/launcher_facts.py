@@ -15,6 +15,17 @@ _ALLOC = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_li
           "new_zeros", "new_ones", "new_full", "empty_strided"}
 
 
+# torch's short names of a dtype (``torch.float`` is float32)
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "long": "int64", "int": "int32",
+                  "short": "int16", "cfloat": "complex64"}
+
+
+def dtype_name(text: str) -> str:
+    """``torch.float`` -> "float32", ``torch.bfloat16`` -> "bfloat16"; other text passes through."""
+    name = text.removeprefix("torch.")
+    return _DTYPE_ALIASES.get(name, name)
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -276,7 +287,7 @@ class _Reader(ast.NodeVisitor):
         dtype = ""
         for kw in call.keywords:
             if kw.arg == "dtype":
-                dtype = ast.unparse(kw.value).removeprefix("torch.")
+                dtype = dtype_name(ast.unparse(kw.value))
         self.f.allocs[name] = (items, dtype, like)
 
     def visit_Assert(self, node: ast.Assert) -> None:
@@ -360,7 +371,7 @@ class _Reader(ast.NodeVisitor):
                     if a.attr == "ndim" and isinstance(b, ast.Constant):
                         self.f.ranks[a.value.id] = int(b.value)
                     if a.attr == "dtype" and isinstance(b, ast.Attribute):
-                        self.f.dtypes[a.value.id] = b.attr
+                        self.f.dtypes[a.value.id] = dtype_name(b.attr)
                 if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute) and a.func.attr == "dim" \
                         and isinstance(a.func.value, ast.Name) and isinstance(b, ast.Constant):
                     self.f.ranks[a.func.value.id] = int(b.value)

@@ -1,0 +1,76 @@
+"""Zero-config gate on identical copies (issue 15): classes of launcher the inferred harness mishandled,
+each on a small kernel written here. The identical copy must be accepted and a semantic mutant still
+rejected, with the original kernel as the only oracle.
+
+- sized-by-default: an input allocated like ``v.new_empty(B, T, H, BT)`` with ``BT = chunk_size`` (an int
+  parameter defaulting to 16): the tensor must be drawn with that size, not 1 (the kernel read past it).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skel.harness.infer import infer
+from skel.validate.gate import validate
+
+
+def _judge(tmp_path: Path, monkeypatch, source: str, name: str, entry: str, dtype: str, mutant=None):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = tmp_path / f"{name}.py"
+    target.write_text(source)
+    cand = tmp_path / f"{name}_candidate.py"
+    cand.write_text(source if mutant is None else source.replace(*mutant))
+    assert mutant is None or cand.read_text() != source
+    return validate(target, cand, shapes="ci", seeds=(0,), device="cpu", dtype=dtype, entry=entry)
+
+
+CHUNK_SIZED = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _chunk_mix_kernel(A, v, dv, dA, T, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr):
+    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_t = i_t * BT + tl.arange(0, BT)
+    m_t = o_t < T
+    o_a = tl.arange(0, BT)
+    o_v = tl.arange(0, V)
+    p_A = A + ((i_b * T + o_t[:, None]) * H + i_h) * BT + o_a[None, :]
+    b_A = tl.load(p_A, mask=m_t[:, None], other=0.0).to(tl.float32)
+    b_A = tl.where(o_a[None, :] <= o_t[:, None] - i_t * BT, b_A, 0.0)
+    m_s = (i_t * BT + o_a) < T
+    b_v = tl.load(v + ((i_b * T + i_t * BT + o_a[:, None]) * H + i_h) * V + o_v[None, :], mask=m_s[:, None],
+                  other=0.0).to(tl.float32)
+    b_o = tl.sum(b_A[:, :, None] * b_v[None, :, :], 1)
+    tl.store(dv + ((i_b * T + o_t[:, None]) * H + i_h) * V + o_v[None, :], b_o.to(dv.dtype.element_ty),
+             mask=m_t[:, None])
+    p_dA = dA + ((i_b * T + o_t[:, None]) * H + i_h) * BT + o_a[None, :]
+    tl.store(p_dA, b_A * 0.5, mask=m_t[:, None])
+
+
+def chunk_mix(A: torch.Tensor, v: torch.Tensor, chunk_size: int = 16):
+    B, T, H, V = v.shape
+    BT = chunk_size
+    dv = torch.empty_like(v)
+    dA = v.new_empty(B, T, H, BT, dtype=torch.float)
+    _chunk_mix_kernel[(triton.cdiv(T, BT), B * H)](A, v, dv, dA, T, H=H, V=V, BT=BT)
+    return dv, dA
+'''
+
+
+def test_a_size_fixed_by_a_default_is_that_size(tmp_path):
+    h = infer(tmp_path / "mix.py", CHUNK_SIZED)
+    assert {t.name: t.dims for t in h.tensors} == {"A": ("B", "T", "H", "16"), "v": ("B", "T", "H", "V")}
+    assert h.written["dA"] == (("B", "T", "H", "16"), "float32")
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_an_input_sized_by_a_default_chunk_runs_in_bounds(mutated, tmp_path, monkeypatch):
+    result = _judge(tmp_path, monkeypatch, CHUNK_SIZED, "mix", "chunk_mix", "bfloat16",
+                    ("o_a[None, :] <= o_t[:, None]", "o_a[None, :] < o_t[:, None]") if mutated else None)
+    assert result.error is None and result.oracle == "original", result.error
+    assert result.accepted != mutated, result.reasons
