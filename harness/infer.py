@@ -169,7 +169,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         read_shapes(st, [t for t in tensors if t not in cuts], path, others)
         offsets, packed = _packing(st, tensors, cuts, path)
     dim_list = _dims(st, tensors, dims or {})
-    tensor_args = tuple(_tensor_arg(st, t, others) for t in tensors)
+    tensor_args = _dot_dtypes(st, tuple(_tensor_arg(st, t, others) for t in tensors))
     values = _values(st, tensors, variants, {d.name for d in dim_list})
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
@@ -465,6 +465,35 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
         values, vwhy = "unit-norm", (f"{kname} L2-normalises it only under a flag off on this path: the caller"
                                      " passes unit rows, N(0, 1) normalised over the last dim")
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
+
+
+def _dot_dtypes(st: State, tensor_args: tuple[TensorArg, ...]) -> tuple[TensorArg, ...]:
+    """Tensors the kernel loads into one ``tl.dot`` uncast share a dtype (Triton refuses a float32 operand
+    beside a bfloat16 one): a dtype the launcher asserts wins, else the spec's dtype, over a float32 guessed
+    from an allocation of the same shape or an in-place update."""
+    args = {t.name: t for t in tensor_args}
+    tensor_of = {k: param_of(st, e) for k, e in st.binding.items()}
+    floats = ("work", "float32", "float16", "bfloat16", "float64")
+    for _ in range(len(st.kf.dot_pairs)):  # a chain of pairs settles in as many rounds
+        changed = False
+        for pair in sorted(st.kf.dot_pairs):
+            a, b = (args.get(tensor_of.get(k) or "") for k in pair)
+            if a is None or b is None or a.dtype == b.dtype or a.dtype not in floats or b.dtype not in floats:
+                continue
+            asserted = [t for t in (a, b) if t.name in st.lf.dtypes]
+            if len(asserted) == 2:
+                continue  # both fixed by the launcher: nothing to choose
+            dtype = asserted[0].dtype if asserted else "work"
+            for t, other in ((a, b), (b, a)):
+                if t.dtype != dtype:
+                    values_why = t.why.split("; ", 1)[-1]
+                    args[t.name] = dataclasses.replace(t, dtype=dtype, why=(
+                        f"{'the spec' + chr(39) + 's dtype' if dtype == 'work' else dtype} like '{other.name}': {st.kf.name} takes"
+                        f" tl.dot of the two as loaded (one dtype); {values_why}"))
+                    changed = True
+        if not changed:
+            break
+    return tuple(args[t.name] for t in tensor_args)
 
 
 def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[str]) -> tuple[ValueArg, ...]:

@@ -52,6 +52,8 @@ class KernelFacts:
     packed: frozenset[str] = frozenset()  # pointer parameters addressed through those offsets
     # parameters the kernel only moves (``q += off``) or never names: it reads and writes nothing through them
     unread: frozenset[str] = frozenset()
+    # pointer parameters whose values, as loaded (no cast), meet in one tl.dot: they must share a dtype
+    dot_pairs: frozenset[tuple[str, str]] = frozenset()
 
     @staticmethod
     def bounded(dim: str) -> str:
@@ -342,7 +344,47 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
                        _tested_flags(whole, constexprs), offsets, frozenset(packed),
-                       frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)))
+                       frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)),
+                       _dot_pairs(fn, ex))
+
+
+def _dot_pairs(fn: ast.FunctionDef, ex: _Expander) -> frozenset[tuple[str, str]]:
+    """``tl.dot(b_do, b_v)`` with ``b_do = tl.load(p_do)`` and ``b_v = tl.load(p_v)``: Triton requires both
+    operands in one dtype, so ``do`` and ``v`` must be passed in one (a cast anywhere on the way frees them)."""
+    pairs = set()
+    updated = {n.target.id for n in ast.walk(fn) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    for node in ast.walk(fn):
+        if _call_name(node) == "dot" and len(node.args) >= 2:
+            a, b = (_raw_load(arg, ex, node.lineno, updated) for arg in node.args[:2])
+            if a and b and a != b:
+                pairs.add((min(a, b), max(a, b)))
+    return frozenset(pairs)
+
+
+def _raw_load(node: ast.AST, ex: _Expander, line: int, updated: set[str], depth: int = 0) -> str | None:
+    """The pointer parameter ``node`` holds values of exactly as loaded (through transposes, reshapes,
+    subscripts and renames: a name's latest assignment above the use, with no ``x *= ...`` anywhere), else
+    None."""
+    while True:
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr == "T":
+            node = node.value
+        elif _call_name(node) in ("trans", "permute", "reshape", "view"):
+            func = node.func
+            method = isinstance(func, ast.Attribute) and ast.unparse(func.value) not in ("tl", "triton.language")
+            if not method and not node.args:
+                return None
+            node = func.value if method else node.args[0]
+        else:
+            break
+    if _call_name(node) == "load" and node.args:
+        return ex.base_of(node.args[0], line)
+    if not isinstance(node, ast.Name) or depth > 4 or node.id not in ex.defs or node.id in updated:
+        return None
+    above = [(at, value) for at, value in ex.defs[node.id] if at <= line]  # the value that reaches the use
+    if not above:
+        return None
+    at, value = above[-1]
+    return _raw_load(value, ex, at, updated, depth + 1)
 
 
 def _unread(fn: ast.FunctionDef, param: str) -> bool:

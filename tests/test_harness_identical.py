@@ -4,6 +4,8 @@ rejected, with the original kernel as the only oracle.
 
 - sized-by-default: an input allocated like ``v.new_empty(B, T, H, BT)`` with ``BT = chunk_size`` (an int
   parameter defaulting to 16): the tensor must be drawn with that size, not 1 (the kernel read past it).
+- dot-dtypes: two inputs loaded uncast into one ``tl.dot`` are drawn in one dtype (a float32 guessed from an
+  allocation of the same shape made the original fail "Both operands must be same dtype").
 """
 from __future__ import annotations
 
@@ -72,5 +74,54 @@ def test_a_size_fixed_by_a_default_is_that_size(tmp_path):
 def test_an_input_sized_by_a_default_chunk_runs_in_bounds(mutated, tmp_path, monkeypatch):
     result = _judge(tmp_path, monkeypatch, CHUNK_SIZED, "mix", "chunk_mix", "bfloat16",
                     ("o_a[None, :] <= o_t[:, None]", "o_a[None, :] < o_t[:, None]") if mutated else None)
+    assert result.error is None and result.oracle == "original", result.error
+    assert result.accepted != mutated, result.reasons
+
+
+DOT_DTYPES = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _attn_dv_kernel(do, v, p, dv, dp, T, V: tl.constexpr, BT: tl.constexpr):
+    i_b = tl.program_id(0)
+    o_t = tl.arange(0, BT)
+    o_v = tl.arange(0, V)
+    m_t = o_t < T
+    b_do = tl.load(do + (i_b * T + o_t[:, None]) * V + o_v[None, :], mask=m_t[:, None], other=0.0)
+    b_v = tl.load(v + (i_b * V + o_v[None, :]) * T + o_t[:, None], mask=m_t[:, None], other=0.0)  # [B, V, T]
+    b_p = tl.load(p + (i_b * T + o_t[:, None]) * BT + o_t[None, :], mask=m_t[:, None], other=0.0).to(tl.float32)
+    b_dp = tl.dot(b_do, tl.trans(b_v))
+    tl.store(dp + (i_b * T + o_t[:, None]) * BT + o_t[None, :], b_dp * b_p, mask=m_t[:, None])
+    b_dv = tl.dot(tl.trans(b_p), b_do.to(tl.float32))
+    tl.store(dv + (i_b * T + o_t[:, None]) * V + o_v[None, :], b_dv, mask=m_t[:, None])
+
+
+def attn_dv(do: torch.Tensor, v: torch.Tensor, p: torch.Tensor):
+    B, T, V = do.shape
+    assert T <= 16
+    dv = torch.empty(B, T, V, dtype=torch.float32, device=do.device)
+    dp = torch.empty(B, T, 16, dtype=torch.float32, device=do.device)
+    _attn_dv_kernel[(B,)](do, v, p, dv, dp, T, V=V, BT=16)
+    return dv, dp
+'''
+
+
+def test_dot_operands_as_loaded_share_a_dtype(tmp_path):
+    """``do`` has the shape of the float32 ``dv`` the launcher allocates, which alone would make it float32;
+    but the kernel takes ``tl.dot(b_do, trans(b_v))`` of both as loaded, and Triton refuses a float32
+    operand beside a bfloat16 one: do is drawn in the spec's dtype like v. ``p`` is cast before its dot
+    and keeps the float32 of ``dp``'s shape."""
+    h = infer(tmp_path / "attn_dv.py", DOT_DTYPES)
+    assert {t.name: t.dtype for t in h.tensors} == {"do": "work", "v": "work", "p": "float32"}
+    assert "tl.dot of the two as loaded" in next(t.why for t in h.tensors if t.name == "do")
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_dot_operands_run_in_one_dtype(mutated, tmp_path, monkeypatch):
+    result = _judge(tmp_path, monkeypatch, DOT_DTYPES, "attn_dv", "attn_dv", "bfloat16",
+                    ("b_dp * b_p", "b_dp * b_p + 0.5") if mutated else None)
     assert result.error is None and result.oracle == "original", result.error
     assert result.accepted != mutated, result.reasons
