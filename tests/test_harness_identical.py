@@ -6,6 +6,9 @@ rejected, with the original kernel as the only oracle.
   parameter defaulting to 16): the tensor must be drawn with that size, not 1 (the kernel read past it).
 - dot-dtypes: two inputs loaded uncast into one ``tl.dot`` are drawn in one dtype (a float32 guessed from an
   allocation of the same shape made the original fail "Both operands must be same dtype").
+- device-branch: a launcher that sets a local only under device checks (``if x.device.type == "cuda"``, as
+  Liger's dyt backward sets NUM_SMS) cannot run on the CPU interpreter: the gate's refusal names the lines
+  that assign it and their conditions.
 """
 from __future__ import annotations
 
@@ -125,3 +128,57 @@ def test_dot_operands_run_in_one_dtype(mutated, tmp_path, monkeypatch):
                     ("b_dp * b_p", "b_dp * b_p + 0.5") if mutated else None)
     assert result.error is None and result.oracle == "original", result.error
     assert result.accepted != mutated, result.reasons
+
+
+DEVICE_BRANCH = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _partial_sum_kernel(x, part, n_rows, n_cols, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for row in range(pid, n_rows, tl.num_programs(0)):
+        acc += tl.load(x + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.store(part + pid * n_cols + cols, acc, mask=cols < n_cols)
+
+
+def column_sum(x: torch.Tensor):
+    n_rows, n_cols = x.shape
+    if x.device.type == "cuda":
+        n_sm = torch.cuda.get_device_properties(x.device).multi_processor_count
+    elif x.device.type == "xpu":
+        n_sm = torch.xpu.get_device_properties(x.device).gpu_subslice_count
+    part = torch.empty(n_sm, n_cols, dtype=torch.float32, device=x.device)
+    _partial_sum_kernel[(n_sm,)](x, part, n_rows, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+    return part.sum(0)
+'''
+
+
+def test_a_local_set_only_under_device_checks_is_named_with_its_lines(tmp_path, monkeypatch):
+    """The launcher sets ``n_sm`` only when the tensors are on a CUDA or XPU device: on the CPU interpreter
+    the original cannot run, and the gate says so with the lines that assign it and their conditions (the
+    bare UnboundLocalError named neither)."""
+    result = _judge(tmp_path, monkeypatch, DEVICE_BRANCH, "colsum", "column_sum", "float32")
+    assert not result.accepted
+    assert "column_sum assigns n_sm only at line 19 under `x.device.type == 'cuda'`; line 21 under" \
+           " `x.device.type == 'xpu'`, and none of them ran here (a device check is false on the CPU" in result.error
+    assert "judge this launcher on a GPU" in result.error and "colsum.py:22" in result.error
+
+
+def test_an_unbound_local_names_the_branches_that_assign_it(tmp_path):
+    from skel.validate.numerics import describe_exception
+
+    path = tmp_path / "pick.py"
+    path.write_text("def pick(flag):\n    if flag:\n        k = 1\n    else:\n        if flag is None:\n"
+                    "            k = 2\n    return k\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    with pytest.raises(UnboundLocalError) as info:
+        namespace["pick"](0)
+    text = describe_exception(info.value, path)
+    assert text.endswith("(pick.py:7): pick assigns k only at line 3 under `flag`; line 6 under `flag is None`,"
+                         " and none of them ran here"), text
