@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skel.harness.constraints import divisors
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
@@ -37,8 +39,9 @@ _POW2_CI = {"head_dim": (32, 16), "hidden": (64, 32), "other": (4, 2), "flat": (
 class TensorArg:
     name: str
     dims: tuple[str, ...]
-    dtype: str  # "work" (the spec's dtype), "float32", "int32", "int64"
-    values: str  # "normal", "log-decay", "positive", "unit-interval", "unit-norm", "slots", "slots-padded", "offsets"
+    dtype: str  # "work" (the spec's dtype), "float32", "int32", "int64", "int8", "uint8", ...
+    # "normal", "log-decay", "positive", "unit-interval", "unit-norm", "slots", "slots-padded", "offsets", "bits"
+    values: str
     why: str
 
 
@@ -168,7 +171,8 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         st.shapes, st.notes = {}, notes
         read_shapes(st, [t for t in tensors if t not in cuts], path, others)
         offsets, packed = _packing(st, tensors, cuts, path)
-    dim_list = _dims(st, tensors, dims or {})
+    derived = _derived_dims(st)
+    dim_list = _dims(st, tensors, dims or {}, _asserted_multiples(st, kernel, tree, launch))
     tensor_args = _dot_dtypes(st, tuple(_tensor_arg(st, t, others) for t in tensors))
     values = _values(st, tensors, variants, {d.name for d in dim_list})
     outputs = _outputs(st, tensors)
@@ -185,7 +189,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
             like = next((t for t in tensor_args if t.name == source), None)
             if not dtype or dtype.endswith(".dtype") or dtype not in ("float32", "float16", "bfloat16", "int32", "int64"):
                 dtype = like.dtype if like else "work"
-            written[name] = (shape, dtype)
+            written[name] = (tuple(derived.get(d, d) for d in shape), dtype)
     names = {d.name for d in dim_list}
     dispatch = tuple((d, f"{t}.shape[{axis}]") for d, (t, axis) in st.lf.dims.items() if d in names and t in tensors)
     if offsets:  # packed: the batch is the number of sequences, the length tokens per sequence
@@ -398,11 +402,52 @@ def _role(st: State, dim: str, tensors: list[str]) -> str:
     return "other"
 
 
-def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ...]:
+def _derived_dims(st: State) -> dict[str, str]:
+    """Dims the launcher asserts to be another's fraction (``assert a.shape[1] == b.shape[0] * 4``: b packs
+    four of a's K per element): the smaller becomes ``K/4`` in every shape, sized from K, which the
+    sizes then keep a multiple of 4. Returns dim -> its ``BASE/k`` token."""
+    def axis_dim(tensor: str, axis: int) -> str:
+        shape = st.shapes.get(tensor, ())
+        return shape[axis] if -len(shape) <= axis < len(shape) else ""
+
+    derived: dict[str, str] = {}
+    for (big, i), (small, j), k in st.lf.scaled:
+        whole, part = axis_dim(big, i), axis_dim(small, j)
+        if not whole or not part or whole == part or whole.isdigit() or part.isdigit() or part == POOL \
+                or "/" in whole or part in derived:
+            continue
+        derived[part] = f"{whole}/{k}"
+        st.notes.append(f"'{part}' is '{whole}' / {k} (the launcher asserts {big}.shape[{i}] == {small}.shape[{j}] * {k}):"
+                        f" {whole} is kept a multiple of {k}")
+    for t, shape in st.shapes.items():
+        st.shapes[t] = tuple(derived.get(d, d) for d in shape)
+    return derived
+
+
+def _asserted_multiples(st: State, kernel: ast.FunctionDef, tree: ast.Module, launch) -> dict[str, int]:
+    """Launcher dim -> the multiple the kernel asserts of the size it is passed as (``divisors``)."""
+    consts = {k: v.value for k, v in launch.args.items() if isinstance(v, ast.Constant) and type(v.value) is int}
+    out: dict[str, int] = {}
+    for kparam, (k, text) in divisors(kernel, tree, consts).items():
+        expr = st.binding.get(kparam, "")
+        dim = expr if expr in st.lf.dims else st.lf.dim_alias.get(expr)
+        if dim:
+            out[dim] = k
+            st.notes.append(f"{dim} kept a multiple of {k}: {kernel.name} asserts {text}"
+                            " (for every autotune config)")
+    return out
+
+
+def _dims(st: State, tensors: list[str], fixed: dict[str, int],
+          asserted: dict[str, int] | None = None) -> tuple[Dim, ...]:
     names: list[str] = []
+    multiple: dict[str, int] = dict(asserted or {})  # dim -> what its size must be a multiple of
     for t in tensors:
         for d in st.shapes.get(t, ()):
-            if d not in names and not d.isdigit() and d != POOL:
+            if "/" in d:
+                base, k = d.split("/")
+                multiple[base] = math.lcm(multiple.get(base, 1), int(k))
+            elif d not in names and not d.isdigit() and d != POOL:
                 names.append(d)
     unknown = [d for d in fixed if d not in names]
     if unknown:
@@ -420,6 +465,8 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int]) -> tuple[Dim, ..
             ci = tuple(min(c, bound) for c in ci)
         if d in fixed:
             ci = tuple(min(c, fixed[d]) for c in ci)
+        k = multiple.get(d, 1)
+        ci, decode = tuple(-(-c // k) * k for c in ci), -(-decode // k) * k
         out.append(Dim(d, role, ci, decode, is_pow2))
     if not any(d.role == "batch" for d in out) and out:
         st.notes.append("no batch-like dim found: the decode sweep keeps every dim fixed")
@@ -440,6 +487,10 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
                 dtype, why = "float32", f"float32 like '{name}', the launcher's allocation of its shape"
     values, vwhy = "normal", "N(0, 1): the code shows no regime"
     kparam = kernel_param(st, t)
+    if kparam in st.kf.bitwise:
+        return TensorArg(t, st.shapes[t], st.lf.dtypes.get(t, "uint8"), "bits",
+                         f"{st.kf.name} takes its values apart with bitwise ops: packed integers, every bit pattern"
+                         f" drawn alike ({st.lf.dtypes.get(t, 'uint8; wider words are a spec edit')})")
     if kparam in st.kf.offsets:
         p = st.lf.param(t)
         wide = "int64" if p is not None and "Long" in p.annotation else "int32"
@@ -467,12 +518,21 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
 
 
+_TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64")
+
+
 def _dot_dtypes(st: State, tensor_args: tuple[TensorArg, ...]) -> tuple[TensorArg, ...]:
     """Tensors the kernel loads into one ``tl.dot`` uncast share a dtype (Triton refuses a float32 operand
     beside a bfloat16 one): a dtype the launcher asserts wins, else the spec's dtype, over a float32 guessed
     from an allocation of the same shape or an in-place update."""
     args = {t.name: t for t in tensor_args}
     tensor_of = {k: param_of(st, e) for k, e in st.binding.items()}
+    for kparam, dtype in sorted(st.kf.dot_casts.items()):  # tl.dot(b_a, b.to(tl.int8)): a is int8
+        t = args.get(tensor_of.get(kparam) or "")
+        if t is not None and t.name not in st.lf.dtypes and t.dtype != dtype and dtype in _TORCH_DTYPES:
+            args[t.name] = dataclasses.replace(t, dtype=dtype, why=(
+                f"{dtype}: {st.kf.name} takes tl.dot of it as loaded with an operand cast to {dtype} (one dtype);"
+                f" {t.why.split('; ', 1)[-1]}"))
     floats = ("work", "float32", "float16", "bfloat16", "float64")
     for _ in range(len(st.kf.dot_pairs)):  # a chain of pairs settles in as many rounds
         changed = False

@@ -54,6 +54,10 @@ class KernelFacts:
     unread: frozenset[str] = frozenset()
     # pointer parameters whose values, as loaded (no cast), meet in one tl.dot: they must share a dtype
     dot_pairs: frozenset[tuple[str, str]] = frozenset()
+    # pointer parameter -> the dtype its loaded values meet in a tl.dot, the other operand cast to it
+    dot_casts: dict[str, str] = field(default_factory=dict)
+    # pointer parameters whose loaded values go through bitwise ops (&, |, ^, <<, >>): packed integers
+    bitwise: frozenset[str] = frozenset()
 
     @staticmethod
     def bounded(dim: str) -> str:
@@ -345,20 +349,64 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
                        _tested_flags(whole, constexprs), offsets, frozenset(packed),
                        frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)),
-                       _dot_pairs(fn, ex))
+                       *_dot_operands(fn, ex), _bitwise(fn, ex))
 
 
-def _dot_pairs(fn: ast.FunctionDef, ex: _Expander) -> frozenset[tuple[str, str]]:
+_BITWISE = (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)
+
+
+def _bitwise(fn: ast.FunctionDef, ex: _Expander) -> frozenset[str]:
+    """``(b_packed & mask) >> shift`` with ``b_packed = tl.load(p_b)``: b holds packed integer bits."""
+    updated = {n.target.id for n in ast.walk(fn) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    out = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _BITWISE):
+            source = _raw_load(node.left, ex, node.lineno, updated)
+            if source:
+                out.add(source)
+    return frozenset(out)
+
+
+def _cast_dtype(node: ast.AST, ex: _Expander, line: int, depth: int = 0) -> str | None:
+    """The dtype an expression is explicitly given: ``x.to(tl.int8)``, ``tl.full(.., dtype=tl.int8)``,
+    and arithmetic of such with constants or another of the same dtype (its latest assignment for a name)."""
+    if depth > 4:
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+        text = ast.unparse(node.args[0])
+        return text.rsplit(".", 1)[-1] if text.startswith(("tl.", "triton.language.")) else None
+    if _call_name(node) in ("full", "zeros") and isinstance(node, ast.Call):
+        dtype = next((kw.value for kw in node.keywords if kw.arg == "dtype"), None)
+        text = ast.unparse(dtype) if dtype is not None else ""
+        return text.rsplit(".", 1)[-1] if text.startswith(("tl.", "triton.language.")) else None
+    if isinstance(node, ast.BinOp):
+        a, b = (None if isinstance(x, ast.Constant) else _cast_dtype(x, ex, line, depth + 1)
+                for x in (node.left, node.right))
+        if isinstance(node.left, ast.Constant) or isinstance(node.right, ast.Constant):
+            return a or b
+        return a if a is not None and a == b else None
+    if isinstance(node, ast.Name) and node.id in ex.defs:
+        above = [(at, value) for at, value in ex.defs[node.id] if at <= line]
+        return _cast_dtype(above[-1][1], ex, above[-1][0], depth + 1) if above else None
+    return None
+
+
+def _dot_operands(fn: ast.FunctionDef, ex: _Expander) -> tuple[frozenset[tuple[str, str]], dict[str, str]]:
     """``tl.dot(b_do, b_v)`` with ``b_do = tl.load(p_do)`` and ``b_v = tl.load(p_v)``: Triton requires both
-    operands in one dtype, so ``do`` and ``v`` must be passed in one (a cast anywhere on the way frees them)."""
-    pairs = set()
+    operands in one dtype, so ``do`` and ``v`` must be passed in one (a cast anywhere on the way frees them);
+    ``tl.dot(b_a, b.to(tl.int8) - one)``: ``a`` must be int8. Returns (the pairs, parameter -> dtype)."""
+    pairs, casts = set(), {}
     updated = {n.target.id for n in ast.walk(fn) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
     for node in ast.walk(fn):
         if _call_name(node) == "dot" and len(node.args) >= 2:
             a, b = (_raw_load(arg, ex, node.lineno, updated) for arg in node.args[:2])
             if a and b and a != b:
                 pairs.add((min(a, b), max(a, b)))
-    return frozenset(pairs)
+            for raw, other in ((a, node.args[1]), (b, node.args[0])):
+                dtype = _cast_dtype(other, ex, node.lineno) if raw else None
+                if dtype:
+                    casts.setdefault(raw, dtype)
+    return frozenset(pairs), casts
 
 
 def _raw_load(node: ast.AST, ex: _Expander, line: int, updated: set[str], depth: int = 0) -> str | None:

@@ -9,6 +9,10 @@ rejected, with the original kernel as the only oracle.
 - device-branch: a launcher that sets a local only under device checks (``if x.device.type == "cuda"``, as
   Liger's dyt backward sets NUM_SMS) cannot run on the CPU interpreter: the gate's refusal names the lines
   that assign it and their conditions.
+- packed operands (Liger's int8 x int2 matmul): a dim asserted a multiple of another (``a.shape[1] ==
+  b.shape[0] * 2``) is derived from it, a ``tl.static_assert(K % (2 * BLOCK_K) == 0)`` over the autotune
+  configs keeps K a multiple, bit-unpacked values are drawn as uint8 bits and a tl.dot partner of an int8 cast
+  as int8.
 """
 from __future__ import annotations
 
@@ -182,3 +186,64 @@ def test_an_unbound_local_names_the_branches_that_assign_it(tmp_path):
     text = describe_exception(info.value, path)
     assert text.endswith("(pick.py:7): pick assigns k only at line 3 under `flag`; line 6 under `flag is None`,"
                          " and none of them ran here"), text
+
+
+PACKED = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+def get_configs():
+    return [triton.Config({"BLOCK_K": 16}, num_warps=1), triton.Config({"BLOCK_K": 32}, num_warps=1)]
+
+
+@triton.autotune(configs=get_configs(), key=["K"])
+@triton.jit
+def _packed_matmul_kernel(a, b, c, M, N, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr):
+    tl.static_assert(K % (2 * BLOCK_K) == 0, "K must be a multiple of 2 * BLOCK_K")
+    o_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = tl.arange(0, BLOCK_N)
+    o_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+    for i in range(2):
+        for j in range(K // (2 * BLOCK_K)):
+            b_a = tl.load(a + o_m[:, None] * K + i * (K // 2) + j * BLOCK_K + o_k[None, :],
+                          mask=(o_m < M)[:, None], other=0)
+            b_p = tl.load(b + (j * BLOCK_K + o_k)[:, None] * N + o_n[None, :], mask=(o_n < N)[None, :], other=0)
+            b_w = ((b_p >> (4 * i)) & 15).to(tl.int8) - 8
+            acc += tl.dot(b_a, b_w, out_dtype=tl.int32)
+    tl.store(c + o_m[:, None] * N + o_n[None, :], acc, mask=(o_m < M)[:, None] & (o_n < N)[None, :])
+
+
+def packed_matmul(a, b):
+    assert a.shape[1] == b.shape[0] * 2, "b packs two 4-bit weights per byte"
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.int32)
+    grid = lambda META: (triton.cdiv(M, 16),)
+    _packed_matmul_kernel[grid](a, b, c, M, N, K, BLOCK_M=16, BLOCK_N=triton.next_power_of_2(N))
+    return c
+'''
+
+
+def test_a_packed_operand_is_sized_and_typed_from_the_code(tmp_path):
+    """``assert a.shape[1] == b.shape[0] * 2``: b's first dim is K/2 (K kept even); the kernel asserts
+    ``K % (2 * BLOCK_K) == 0`` over autotune configs a function returns (BLOCK_K 16 and 32): K a multiple
+    of 64; b's values are unpacked with >> and &: uint8 bits; a meets ``b_w``, cast to int8, in tl.dot: int8."""
+    h = infer(tmp_path / "packed.py", PACKED)
+    assert {t.name: (t.dims, t.dtype, t.values) for t in h.tensors} == {
+        "a": (("M", "K"), "int8", "normal"), "b": (("K/2", "N"), "uint8", "bits")}
+    assert [d.name for d in h.dims] == ["M", "K", "N"]
+    assert {d.name: d.ci for d in h.dims}["K"] == (64, 128)
+    assert any(n.startswith("K kept a multiple of 64: _packed_matmul_kernel asserts K % (2 * BLOCK_K) == 0")
+               for n in h.notes), h.notes
+
+
+@pytest.mark.parametrize("mutated", [False, True])
+def test_a_packed_operand_runs(mutated, tmp_path, monkeypatch):
+    result = _judge(tmp_path, monkeypatch, PACKED, "packed", "packed_matmul", "bfloat16",
+                    ("& 15).to(tl.int8) - 8", "& 15).to(tl.int8) - 7") if mutated else None)
+    assert result.error is None and result.oracle == "original", result.error
+    assert result.accepted != mutated, result.reasons
