@@ -13,9 +13,13 @@ rejected, with the original kernel as the only oracle.
   b.shape[0] * 2``) is derived from it, a ``tl.static_assert(K % (2 * BLOCK_K) == 0)`` over the autotune
   configs keeps K a multiple, bit-unpacked values are drawn as uint8 bits and a tl.dot partner of an int8 cast
   as int8.
+- out of bounds: a load or store outside every tensor of the launch is an error naming the access and its
+  line (the interpreter read neighbouring memory, or the worker died of SIGSEGV: fla-core path_attn's default
+  path, return_h=True, stores h as [NT, H, K, K] into an allocation like w).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -247,3 +251,36 @@ def test_a_packed_operand_runs(mutated, tmp_path, monkeypatch):
                     ("& 15).to(tl.int8) - 8", "& 15).to(tl.int8) - 7") if mutated else None)
     assert result.error is None and result.oracle == "original", result.error
     assert result.accepted != mutated, result.reasons
+
+
+PAST_THE_END = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_rows_kernel(x, y, n_cols, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    b_x = tl.load(x + row * STRIDE + cols, mask=cols < n_cols, other=0.0)
+    tl.store(y + row * n_cols + cols, b_x * 2, mask=cols < n_cols)
+
+
+def gather_rows(x: torch.Tensor, stride: int = 4096):
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    _gather_rows_kernel[(n_rows,)](x, y, n_cols, STRIDE=stride, BLOCK=triton.next_power_of_2(n_cols))
+    return y
+'''
+
+
+def test_an_access_past_every_tensor_is_named_not_a_crash(tmp_path, monkeypatch):
+    """The launcher's default stride (4096) walks rows far past x at interpreter sizes: the interpreter read
+    whatever lay there (garbage outputs, or SIGSEGV on a store); the refusal now names the access, its line
+    and the nearest tensor below the address."""
+    result = _judge(tmp_path, monkeypatch, PAST_THE_END, "rows", "gather_rows", "float32")
+    assert not result.accepted
+    assert "OutOfBounds" in result.error and "a load at rows.py:10 touches" in result.error, result.error
+    assert re.search(r"bytes past the end of '[xy]' \(\[2, 64\] float32, the nearest tensor below it\)", result.error), \
+        result.error

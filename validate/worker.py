@@ -108,12 +108,15 @@ class Role:
         return {"internal": traceback.format_exc()[-4000:]}
 
     def interpreted(self, module) -> None:
-        """In Triton's interpreter (``interpret``): float arguments and loop indices typed as compiled, bf16 math
-        on values, autotuners on one config, aliases of its builtins (``exp = tl.exp``, libdevice) bound late."""
+        """In Triton's interpreter (``interpret``): accesses outside the launch's tensors caught (``bounds``), float
+        arguments and loop indices typed as compiled, bf16 math on values, autotuners on one config, aliases of
+        its builtins (``exp = tl.exp``, libdevice) bound late."""
         if self.device == "cpu":
+            from skel.validate.bounds import bounds_checked
             from skel.validate.interpret import (bf16_on_values, float_scalars_as_tensors, late_bind_aliases,
                                                  loop_indices_as_tensors, one_config_autotune)
 
+            bounds_checked()
             float_scalars_as_tensors()
             loop_indices_as_tensors()
             bf16_on_values()
