@@ -187,7 +187,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
             dtype = alloc[1]
             source = dtype.removesuffix(".dtype") if dtype.endswith(".dtype") else alloc[2]
             like = next((t for t in tensor_args if t.name == source), None)
-            if not dtype or dtype.endswith(".dtype") or dtype not in ("float32", "float16", "bfloat16", "int32", "int64"):
+            if not dtype or dtype.endswith(".dtype") or dtype not in _TORCH_DTYPES:
                 dtype = like.dtype if like else "work"
             written[name] = (tuple(derived.get(d, d) for d in shape), dtype)
     names = {d.name for d in dim_list}
@@ -544,12 +544,12 @@ def _dot_dtypes(st: State, tensor_args: tuple[TensorArg, ...]) -> tuple[TensorAr
             if len(asserted) == 2:
                 continue  # both fixed by the launcher: nothing to choose
             dtype = asserted[0].dtype if asserted else "work"
+            label = "the spec's dtype" if dtype == "work" else dtype
             for t, other in ((a, b), (b, a)):
                 if t.dtype != dtype:
-                    values_why = t.why.split("; ", 1)[-1]
                     args[t.name] = dataclasses.replace(t, dtype=dtype, why=(
-                        f"{'the spec' + chr(39) + 's dtype' if dtype == 'work' else dtype} like '{other.name}': {st.kf.name} takes"
-                        f" tl.dot of the two as loaded (one dtype); {values_why}"))
+                        f"{label} like '{other.name}': {st.kf.name} takes tl.dot of the two as loaded (one dtype);"
+                        f" {t.why.split('; ', 1)[-1]}"))
                     changed = True
         if not changed:
             break

@@ -8,7 +8,8 @@ it (the worker dies of SIGSEGV, no line named). Compiled code on a GPU would fau
 ``bounds_checked()`` records, for each launch, the storage of every tensor argument (whole storages,
 so a view may reach its base's other elements), and checks each masked load, store and atomic: an
 element outside all of them raises ``OutOfBounds`` naming the access, the kernel line and the nearest
-tensor below the address (pointers carry no provenance here: the tensor indexed may be another). In compiled mode it is not used.
+tensor below the address (pointers carry no provenance here: the tensor indexed may be another). In
+compiled mode it is not used.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def _tensors(name: str, value, out: list) -> None:
     if hasattr(value, "untyped_storage") and hasattr(value, "data_ptr"):
         storage = value.untyped_storage()
         start = storage.data_ptr()
-        out.append((name, start, start + storage.nbytes(), f"{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"))
+        desc = f"{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+        out.append((name, start, start + storage.nbytes(), desc))
     elif isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
             _tensors(f"{name}[{i}]", item, out)
