@@ -487,10 +487,6 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
                 dtype, why = "float32", f"float32 like '{name}', the launcher's allocation of its shape"
     values, vwhy = "normal", "N(0, 1): the code shows no regime"
     kparam = kernel_param(st, t)
-    if kparam in st.kf.bitwise:
-        return TensorArg(t, st.shapes[t], st.lf.dtypes.get(t, "uint8"), "bits",
-                         f"{st.kf.name} takes its values apart with bitwise ops: packed integers, every bit pattern"
-                         f" drawn alike ({st.lf.dtypes.get(t, 'uint8; wider words are a spec edit')})")
     if kparam in st.kf.offsets:
         p = st.lf.param(t)
         wide = "int64" if p is not None and "Long" in p.annotation else "int32"
@@ -501,6 +497,10 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
         return TensorArg(t, st.shapes[t], "int32", "slots-padded" if padded else "slots",
                          f"its values index '{st.kf.index_tensors[kparam]}' in {st.kf.name}: distinct slots of the pool"
                          + (", about a quarter -1 (the kernel skips negative slots)" if padded else ""))
+    if kparam in st.kf.bitwise:  # after offsets and slots: an index tensor may be shifted too
+        return TensorArg(t, st.shapes[t], st.lf.dtypes.get(t, "uint8"), "bits",
+                         f"{st.kf.name} takes its values apart with bitwise ops: packed integers, every bit pattern"
+                         f" drawn alike ({st.lf.dtypes.get(t, 'uint8; wider words are a spec edit')})")
     # the judged kernel's reading first, then the launcher's other kernels on this path (a pipeline)
     regime, kname = next(((u.regime, o.kf.name) for o in (st, *others) if (u := pointer(o, t)) is not None
                           and u.regime), ("", st.kf.name))
