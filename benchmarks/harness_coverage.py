@@ -1,8 +1,11 @@
 """Benchmark: for how many launchers of real kernel packages `skel harness` infers a harness, and why
 the others fail (one line each, grouped).
 
-    python benchmarks/harness_coverage.py [--write] [--run N]
+    python benchmarks/harness_coverage.py [--write] [--run N] [--only PATH[:LAUNCHER] ...]
 
+``--only`` keeps the launchers of the named files (a path relative to the corpus root, e.g.
+``fla/ops/kda/chunk_bwd.py:chunk_kda_bwd_dAv``) and judges every one of them; the counts then cover
+those files only (do not ``--write`` them over the full table).
 ``--run N`` also judges an identical copy of N inferred launchers (every k-th, deterministic) through the
 gate on the CPU interpreter (ci shapes, one seed, the original as oracle): an inferred harness counts as
 working only if the gate runs it and accepts the copy. Each run is a subprocess with a time limit.
@@ -46,19 +49,27 @@ def main() -> None:
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--run", type=int, default=0, help="judge an identical copy of N inferred launchers")
     parser.add_argument("--run-timeout", type=int, default=240)
+    parser.add_argument("--only", action="append", default=[], metavar="PATH[:LAUNCHER]",
+                        help="judge only these files (relative to the corpus root) or launchers")
     args = parser.parse_args()
     lines = [f"# Harness inference coverage ({datetime.now(timezone.utc):%Y-%m-%d}, `python benchmarks/harness_coverage.py`)", ""]
     for dist, version, sub in CORPORA:
-        root = fetch_wheel_corpus(dist, version) / sub
+        base = fetch_wheel_corpus(dist, version)
+        root = base / sub
         ok, failed, crashed = 0, collections.Counter(), []
         inferred = []
         for path in sorted(root.rglob("*.py")):
+            rel = str(path.relative_to(base))
+            if args.only and not any(o.split(":")[0] == rel for o in args.only):
+                continue
             source = path.read_text(encoding="utf-8", errors="replace")
             try:
                 tree = ast.parse(source)
             except SyntaxError:
                 continue
             for name in launcher_functions(tree):
+                if args.only and not any(o in (rel, f"{rel}:{name}") for o in args.only):
+                    continue
                 try:
                     infer(path, source, entry=name)
                     ok += 1
@@ -74,8 +85,8 @@ def main() -> None:
                   "| refused | reason |", "| ---: | --- |"]
         lines += [f"| {n} | {r} |" for r, n in failed.most_common(12)]
         lines += [""] + [f"- crash: {c}" for c in crashed] + [""]
-        if args.run and inferred:
-            lines += _runs(inferred, args.run, args.run_timeout, fetch_wheel_corpus(dist, version))
+        if (args.run or args.only) and inferred:
+            lines += _runs(inferred, args.run or len(inferred), args.run_timeout, fetch_wheel_corpus(dist, version))
     text = "\n".join(lines)
     print(text)
     if args.write:

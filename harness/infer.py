@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skel.harness.constraints import divisors
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
@@ -40,8 +42,9 @@ _POW2_CI = {"head_dim": (32, 16), "hidden": (64, 32), "other": (4, 2), "flat": (
 class TensorArg:
     name: str
     dims: tuple[str, ...]
-    dtype: str  # "work" (the spec's dtype), "float32", "int32", "int64"
-    values: str  # "normal", "log-decay", "positive", "unit-interval", "unit-norm", "slots", "slots-padded", "offsets"
+    dtype: str  # "work" (the spec's dtype), "float32", "int32", "int64", "int8", "uint8", ...
+    # "normal", "log-decay", "positive", "unit-interval", "unit-norm", "slots", "slots-padded", "offsets", "bits"
+    values: str
     why: str
 
 
@@ -174,9 +177,10 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         st.shapes, st.notes = {}, notes
         read_shapes(st, [t for t in tensors if t not in cuts], path, others, values_of)
         offsets, packed = _packing(st, tensors, cuts, path)
+    derived = _derived_dims(st)
     sizes = _used_sizes(st, tensors)
-    dim_list = _dims(st, tensors, dims or {}, sizes)
-    tensor_args = tuple(_tensor_arg(st, t, others) for t in tensors)
+    dim_list = _dims(st, tensors, dims or {}, sizes, _asserted_multiples(st, kernel, tree, launch))
+    tensor_args = _dot_dtypes(st, tuple(_tensor_arg(st, t, others) for t in tensors))
     values = _values(st, tensors, variants, {d.name for d in dim_list}, values_of)
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
@@ -190,9 +194,9 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
             dtype = alloc[1]
             source = dtype.removesuffix(".dtype") if dtype.endswith(".dtype") else alloc[2]
             like = next((t for t in tensor_args if t.name == source), None)
-            if not dtype or dtype.endswith(".dtype") or dtype not in ("float32", "float16", "bfloat16", "int32", "int64"):
+            if not dtype or dtype.endswith(".dtype") or dtype not in _TORCH_DTYPES:
                 dtype = like.dtype if like else "work"
-            written[name] = (shape, dtype)
+            written[name] = (tuple(derived.get(d, d) for d in shape), dtype)
     names = {d.name for d in dim_list}
     dispatch = tuple((d, f"{t}.shape[{axis}]") for d, (t, axis) in st.lf.dims.items() if d in names and t in tensors)
     if offsets:  # packed: the batch is the number of sequences, the length tokens per sequence
@@ -429,12 +433,53 @@ def _names_in(code: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(code, mode="eval")) if isinstance(n, ast.Name)}
 
 
-def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Size, ...] = ()) -> tuple[Dim, ...]:
+def _derived_dims(st: State) -> dict[str, str]:
+    """Dims the launcher asserts to be another's fraction (``assert a.shape[1] == b.shape[0] * 4``: b packs
+    four of a's K per element): the smaller becomes ``K/4`` in every shape, sized from K, which the
+    sizes then keep a multiple of 4. Returns dim -> its ``BASE/k`` token."""
+    def axis_dim(tensor: str, axis: int) -> str:
+        shape = st.shapes.get(tensor, ())
+        return shape[axis] if -len(shape) <= axis < len(shape) else ""
+
+    derived: dict[str, str] = {}
+    for (big, i), (small, j), k in st.lf.scaled:
+        whole, part = axis_dim(big, i), axis_dim(small, j)
+        if not whole or not part or whole == part or whole.isdigit() or part.isdigit() or part == POOL \
+                or "/" in whole or part in derived:
+            continue
+        derived[part] = f"{whole}/{k}"
+        st.notes.append(f"'{part}' is '{whole}' / {k} (the launcher asserts {big}.shape[{i}] == {small}.shape[{j}] * {k}):"
+                        f" {whole} is kept a multiple of {k}")
+    for t, shape in st.shapes.items():
+        st.shapes[t] = tuple(derived.get(d, d) for d in shape)
+    return derived
+
+
+def _asserted_multiples(st: State, kernel: ast.FunctionDef, tree: ast.Module, launch) -> dict[str, int]:
+    """Launcher dim -> the multiple the kernel asserts of the size it is passed as (``divisors``)."""
+    consts = {k: v.value for k, v in launch.args.items() if isinstance(v, ast.Constant) and type(v.value) is int}
+    out: dict[str, int] = {}
+    for kparam, (k, text) in divisors(kernel, tree, consts).items():
+        expr = st.binding.get(kparam, "")
+        dim = expr if expr in st.lf.dims else st.lf.dim_alias.get(expr)
+        if dim:
+            out[dim] = k
+            st.notes.append(f"{dim} kept a multiple of {k}: {kernel.name} asserts {text}"
+                            " (for every autotune config)")
+    return out
+
+
+def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Size, ...] = (),
+          asserted: dict[str, int] | None = None) -> tuple[Dim, ...]:
     names: list[str] = []
     computed = {s.name for s in sizes}
+    multiple: dict[str, int] = dict(asserted or {})  # dim -> what its size must be a multiple of
     for t in tensors:
         for d in st.shapes.get(t, ()):
-            if d not in names and not d.isdigit() and d != POOL and d not in computed:
+            if "/" in d:
+                base, k = d.split("/")
+                multiple[base] = math.lcm(multiple.get(base, 1), int(k))
+            elif d not in names and not d.isdigit() and d != POOL and d not in computed:
                 names.append(d)
     for s in sizes:  # a required int argument a size is made of (chunk_size): a dim of its own
         for d in sorted(_names_in(s.code)):
@@ -456,6 +501,8 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Siz
             ci = tuple(min(c, bound) for c in ci)
         if d in fixed:
             ci = tuple(min(c, fixed[d]) for c in ci)
+        k = multiple.get(d, 1)
+        ci, decode = tuple(-(-c // k) * k for c in ci), -(-decode // k) * k
         out.append(Dim(d, role, ci, decode, is_pow2))
     if not any(d.role == "batch" for d in out) and out:
         st.notes.append("no batch-like dim found: the decode sweep keeps every dim fixed")
@@ -486,6 +533,10 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
         return TensorArg(t, st.shapes[t], "int32", "slots-padded" if padded else "slots",
                          f"its values index '{st.kf.index_tensors[kparam]}' in {st.kf.name}: distinct slots of the pool"
                          + (", about a quarter -1 (the kernel skips negative slots)" if padded else ""))
+    if kparam in st.kf.bitwise:  # after offsets and slots: an index tensor may be shifted too
+        return TensorArg(t, st.shapes[t], st.lf.dtypes.get(t, "uint8"), "bits",
+                         f"{st.kf.name} takes its values apart with bitwise ops: packed integers, every bit pattern"
+                         f" drawn alike ({st.lf.dtypes.get(t, 'uint8; wider words are a spec edit')})")
     # the judged kernel's reading first, then the launcher's other kernels on this path (a pipeline)
     regime, kname = next(((u.regime, o.kf.name) for o in (st, *others) if (u := pointer(o, t)) is not None
                           and u.regime), ("", st.kf.name))
@@ -501,6 +552,44 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
         values, vwhy = "unit-norm", (f"{kname} L2-normalises it only under a flag off on this path: the caller"
                                      " passes unit rows, N(0, 1) normalised over the last dim")
     return TensorArg(t, st.shapes[t], dtype, values, f"{why}; {vwhy}")
+
+
+_TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64")
+
+
+def _dot_dtypes(st: State, tensor_args: tuple[TensorArg, ...]) -> tuple[TensorArg, ...]:
+    """Tensors the kernel loads into one ``tl.dot`` uncast share a dtype (Triton refuses a float32 operand
+    beside a bfloat16 one): a dtype the launcher asserts wins, else the spec's dtype, over a float32 guessed
+    from an allocation of the same shape or an in-place update."""
+    args = {t.name: t for t in tensor_args}
+    tensor_of = {k: param_of(st, e) for k, e in st.binding.items()}
+    for kparam, dtype in sorted(st.kf.dot_casts.items()):  # tl.dot(b_a, b.to(tl.int8)): a is int8
+        t = args.get(tensor_of.get(kparam) or "")
+        if t is not None and t.name not in st.lf.dtypes and t.dtype != dtype and dtype in _TORCH_DTYPES:
+            args[t.name] = dataclasses.replace(t, dtype=dtype, why=(
+                f"{dtype}: {st.kf.name} takes tl.dot of it as loaded with an operand cast to {dtype} (one dtype);"
+                f" {t.why.split('; ', 1)[-1]}"))
+    floats = ("work", "float32", "float16", "bfloat16", "float64")
+    for _ in range(len(st.kf.dot_pairs)):  # a chain of pairs settles in as many rounds
+        changed = False
+        for pair in sorted(st.kf.dot_pairs):
+            a, b = (args.get(tensor_of.get(k) or "") for k in pair)
+            if a is None or b is None or a.dtype == b.dtype or a.dtype not in floats or b.dtype not in floats:
+                continue
+            asserted = [t for t in (a, b) if t.name in st.lf.dtypes]
+            if len(asserted) == 2:
+                continue  # both fixed by the launcher: nothing to choose
+            dtype = asserted[0].dtype if asserted else "work"
+            label = "the spec's dtype" if dtype == "work" else dtype
+            for t, other in ((a, b), (b, a)):
+                if t.dtype != dtype:
+                    args[t.name] = dataclasses.replace(t, dtype=dtype, why=(
+                        f"{label} like '{other.name}': {st.kf.name} takes tl.dot of the two as loaded (one dtype);"
+                        f" {t.why.split('; ', 1)[-1]}"))
+                    changed = True
+        if not changed:
+            break
+    return tuple(args[t.name] for t in tensor_args)
 
 
 _LAUNCH_OPTIONS = {"num_warps": "4", "num_stages": "2", "num_ctas": "1"}

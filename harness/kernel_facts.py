@@ -60,6 +60,12 @@ class KernelFacts:
     # tile parameter -> the parameter its one block must cover: ``offs = tl.arange(0, BLOCK)`` masked by
     # ``offs < n_cols`` with no loop stepping over BLOCK (a row in one block)
     covers: dict[str, str] = field(default_factory=dict)
+    # pointer parameters whose values, as loaded (no cast), meet in one tl.dot: they must share a dtype
+    dot_pairs: frozenset[tuple[str, str]] = frozenset()
+    # pointer parameter -> the dtype its loaded values meet in a tl.dot, the other operand cast to it
+    dot_casts: dict[str, str] = field(default_factory=dict)
+    # pointer parameters whose loaded values go through bitwise ops (&, |, ^, <<, >>): packed integers
+    bitwise: frozenset[str] = frozenset()
 
     @staticmethod
     def bounded(dim: str) -> str:
@@ -356,7 +362,7 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                        _tested_flags(whole, constexprs), offsets, frozenset(packed),
                        frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)),
                        {k: v for k, v in ex.root_defs.items() if k in ex.roots}, _compared(whole, params),
-                       _covers(fn, ex, frozenset(aranges)))
+                       _covers(fn, ex, frozenset(aranges)), *_dot_operands(fn, ex), _bitwise(fn, ex))
 
 
 def _covers(fn: ast.FunctionDef, ex: _Expander, tiles: frozenset[str]) -> dict[str, str]:
@@ -383,6 +389,89 @@ def _compared(fn: ast.FunctionDef, params: tuple[str, ...]) -> dict[str, tuple[s
         if text not in out.setdefault(n.left.id, []):
             out[n.left.id].append(text)
     return {k: tuple(v) for k, v in out.items()}
+
+
+_BITWISE = (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)
+
+
+def _bitwise(fn: ast.FunctionDef, ex: _Expander) -> frozenset[str]:
+    """``(b_packed & mask) >> shift`` with ``b_packed = tl.load(p_b)``: b holds packed integer bits."""
+    updated = {n.target.id for n in ast.walk(fn) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    out = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _BITWISE):
+            source = _raw_load(node.left, ex, node.lineno, updated)
+            if source:
+                out.add(source)
+    return frozenset(out)
+
+
+def _cast_dtype(node: ast.AST, ex: _Expander, line: int, depth: int = 0) -> str | None:
+    """The dtype an expression is explicitly given: ``x.to(tl.int8)``, ``tl.full(.., dtype=tl.int8)``,
+    and arithmetic of such with constants or another of the same dtype (its latest assignment for a name)."""
+    if depth > 4:
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+        text = ast.unparse(node.args[0])
+        return text.rsplit(".", 1)[-1] if text.startswith(("tl.", "triton.language.")) else None
+    if _call_name(node) in ("full", "zeros") and isinstance(node, ast.Call):
+        dtype = next((kw.value for kw in node.keywords if kw.arg == "dtype"), None)
+        text = ast.unparse(dtype) if dtype is not None else ""
+        return text.rsplit(".", 1)[-1] if text.startswith(("tl.", "triton.language.")) else None
+    if isinstance(node, ast.BinOp):
+        a, b = (None if isinstance(x, ast.Constant) else _cast_dtype(x, ex, line, depth + 1)
+                for x in (node.left, node.right))
+        if isinstance(node.left, ast.Constant) or isinstance(node.right, ast.Constant):
+            return a or b
+        return a if a is not None and a == b else None
+    if isinstance(node, ast.Name) and node.id in ex.defs:
+        above = [(at, value) for at, value in ex.defs[node.id] if at <= line]
+        return _cast_dtype(above[-1][1], ex, above[-1][0], depth + 1) if above else None
+    return None
+
+
+def _dot_operands(fn: ast.FunctionDef, ex: _Expander) -> tuple[frozenset[tuple[str, str]], dict[str, str]]:
+    """``tl.dot(b_do, b_v)`` with ``b_do = tl.load(p_do)`` and ``b_v = tl.load(p_v)``: Triton requires both
+    operands in one dtype, so ``do`` and ``v`` must be passed in one (a cast anywhere on the way frees them);
+    ``tl.dot(b_a, b.to(tl.int8) - one)``: ``a`` must be int8. Returns (the pairs, parameter -> dtype)."""
+    pairs, casts = set(), {}
+    updated = {n.target.id for n in ast.walk(fn) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    for node in ast.walk(fn):
+        if _call_name(node) == "dot" and len(node.args) >= 2:
+            a, b = (_raw_load(arg, ex, node.lineno, updated) for arg in node.args[:2])
+            if a and b and a != b:
+                pairs.add((min(a, b), max(a, b)))
+            for raw, other in ((a, node.args[1]), (b, node.args[0])):
+                dtype = _cast_dtype(other, ex, node.lineno) if raw else None
+                if dtype:
+                    casts.setdefault(raw, dtype)
+    return frozenset(pairs), casts
+
+
+def _raw_load(node: ast.AST, ex: _Expander, line: int, updated: set[str], depth: int = 0) -> str | None:
+    """The pointer parameter ``node`` holds values of exactly as loaded (through transposes, reshapes,
+    subscripts and renames: a name's latest assignment above the use, with no ``x *= ...`` anywhere), else
+    None."""
+    while True:
+        if isinstance(node, ast.Subscript) or isinstance(node, ast.Attribute) and node.attr == "T":
+            node = node.value
+        elif _call_name(node) in ("trans", "permute", "reshape", "view"):
+            func = node.func
+            method = isinstance(func, ast.Attribute) and ast.unparse(func.value) not in ("tl", "triton.language")
+            if not method and not node.args:
+                return None
+            node = func.value if method else node.args[0]
+        else:
+            break
+    if _call_name(node) == "load" and node.args:
+        return ex.base_of(node.args[0], line)
+    if not isinstance(node, ast.Name) or depth > 4 or node.id not in ex.defs or node.id in updated:
+        return None
+    above = [(at, value) for at, value in ex.defs[node.id] if at <= line]  # the value that reaches the use
+    if not above:
+        return None
+    at, value = above[-1]
+    return _raw_load(value, ex, at, updated, depth + 1)
 
 
 def _unread(fn: ast.FunctionDef, param: str) -> bool:

@@ -15,6 +15,17 @@ _ALLOC = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_li
           "new_zeros", "new_ones", "new_full", "empty_strided"}
 
 
+# torch's short names of a dtype (``torch.float`` is float32)
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "long": "int64", "int": "int32",
+                  "short": "int16", "cfloat": "complex64"}
+
+
+def dtype_name(text: str) -> str:
+    """``torch.float`` -> "float32", ``torch.bfloat16`` -> "bfloat16"; other text passes through."""
+    name = text.removeprefix("torch.")
+    return _DTYPE_ALIASES.get(name, name)
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -45,6 +56,8 @@ class LauncherFacts:
     axes: dict[str, dict[int, str]] = field(default_factory=dict)  # tensor -> axis -> dim
     same_dim: list[tuple[tuple[str, int], tuple[str, int]]] = field(default_factory=list)  # asserted equal
     same_shape: list[tuple[str, str]] = field(default_factory=list)
+    # asserted multiples: ((x, i), (y, j), k) for ``x.shape[i] == y.shape[j] * k`` (a packed tensor's dim)
+    scaled: list[tuple[tuple[str, int], tuple[str, int], int]] = field(default_factory=list)
     dtypes: dict[str, str] = field(default_factory=dict)  # tensor -> dtype asserted or allocated
     choices: dict[str, tuple] = field(default_factory=dict)  # param -> values an assert allows
     bounds: dict[str, int] = field(default_factory=dict)  # dim -> upper bound asserted
@@ -281,7 +294,7 @@ class _Reader(ast.NodeVisitor):
         dtype = ""
         for kw in call.keywords:
             if kw.arg == "dtype":
-                dtype = ast.unparse(kw.value).removeprefix("torch.")
+                dtype = dtype_name(ast.unparse(kw.value))
         self.f.allocs[name] = (items, dtype, like)
 
     def visit_Assert(self, node: ast.Assert) -> None:
@@ -364,11 +377,16 @@ class _Reader(ast.NodeVisitor):
             elif ls and rs and ls[1] is None and rs[1] is None:
                 self.f.same_shape.append((ls[0], rs[0]))
             for a, b in ((left, right), (right, left)):
+                relation = self._multiple(a, b)
+                if relation is not None:
+                    self.f.scaled.append(relation)
+                    break
+            for a, b in ((left, right), (right, left)):
                 if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name):
                     if a.attr == "ndim" and isinstance(b, ast.Constant):
                         self.f.ranks[a.value.id] = int(b.value)
                     if a.attr == "dtype" and isinstance(b, ast.Attribute):
-                        self.f.dtypes[a.value.id] = b.attr
+                        self.f.dtypes[a.value.id] = dtype_name(b.attr)
                 if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute) and a.func.attr == "dim" \
                         and isinstance(a.func.value, ast.Name) and isinstance(b, ast.Constant):
                     self.f.ranks[a.func.value.id] = int(b.value)
@@ -380,6 +398,31 @@ class _Reader(ast.NodeVisitor):
             values = self._values_of(right)
             if values:
                 self.f.choices[left.id] = values
+
+    def _axis(self, node: ast.AST) -> tuple[str, int] | None:
+        """``x.shape[i]`` or a dim unpacked from one -> (x, i)."""
+        if isinstance(node, ast.Name) and node.id in self.f.dims:
+            return self.f.dims[node.id]
+        src = _shape_source(node, self.shapes)
+        return (self.f.view_of.get(src[0], src[0]), src[1]) if src and isinstance(src[1], int) else None
+
+    def _multiple(self, big: ast.AST, small: ast.AST) -> tuple[tuple[str, int], tuple[str, int], int] | None:
+        """``big == small * k`` (or ``k * small``), or ``big // k == small``, over dims of shapes, k > 1."""
+        def factor(node: ast.AST, ops: tuple[type, ...]) -> tuple[ast.AST, int] | None:
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ops):
+                for x, c in ((node.left, node.right), (node.right, node.left)):
+                    if isinstance(c, ast.Constant) and type(c.value) is int and c.value > 1 \
+                            and (isinstance(node.op, ast.Mult) or c is node.right):
+                        return x, c.value
+            return None
+
+        for whole, part, ops in ((big, small, (ast.Mult,)), (small, big, (ast.FloorDiv, ast.Div))):
+            scaled = factor(part, ops)
+            if scaled is not None:
+                x, y = self._axis(whole), self._axis(scaled[0])
+                if x and y and x != y:
+                    return (x, y, scaled[1]) if ops == (ast.Mult,) else (y, x, scaled[1])
+        return None
 
     def _same_dim(self, a: str, b: str) -> None:
         """``K2, M = phi.shape; assert K2 == K``: one dim, named as first read (K); the other is an alias."""

@@ -149,11 +149,33 @@ def alloc_shape(items: list, st: State, known: dict[str, tuple[str, ...]]) -> tu
             out.append(value)  # a size the harness computes (NT = cdiv(T, BT)) or a tile argument
         elif kind == "axis" and value[0] in known:
             out.append(known[value[0]][value[1]])
-        elif kind in ("int", "dim"):
+        elif kind == "int":
+            out.append(str(value))
+        elif kind == "dim" and (size := _size_on_path(st, value)) is not None:
+            out.append(str(size))  # BT = chunk_size (default 64): the size the default path allocates
+        elif kind == "dim":
             out.append("1")  # a size that is not a shape dim (a tile count such as NK: 1 on the default path)
         else:
             return None
     return tuple(out)
+
+
+def _size_on_path(st: State, name: str) -> int | None:
+    """A size local's value on the judged path when the code fixes it: a literal (``BT = 64``) or a
+    parameter's int default (``BT = chunk_size``, ``chunk_size: int = 64``), through plain renames."""
+    for _ in range(4):
+        p = st.lf.param(name)
+        if p is not None:
+            ok = p.has_default and isinstance(p.default, int) and not isinstance(p.default, bool)
+            return p.default if ok and p.default > 0 else None
+        value = st.lf.exprs.get(name)
+        if isinstance(value, ast.Constant):
+            ok = isinstance(value.value, int) and not isinstance(value.value, bool) and value.value > 0
+            return value.value if ok else None
+        if not isinstance(value, ast.Name):
+            return None
+        name = value.id
+    return None
 
 
 def _launcher_polys(st: State, known: dict[str, tuple[str, ...]]) -> dict[str, Poly]:

@@ -6,13 +6,24 @@ N(0, 1) rows scaled to norm 1 (last dim): what the kernel would make them under 
 ``pool`` entries (one per request, never two alike: two programs writing one slot race). slots-padded:
 the same with about a quarter set to -1, padding the kernel skips. offsets: for ``n`` sequences packed
 into ``tokens`` positions, n + 1 increasing offsets from 0 to ``tokens``: random lengths between 1 and
-twice the mean (bounded, so a recurrence runs no longer than twice the equal-length case).
+twice the mean (bounded, so a recurrence runs no longer than twice the equal-length case). bits: packed
+integers a kernel unpacks with bitwise ops, uniform over a byte's 256 patterns.
 """
 from __future__ import annotations
 
 import torch
 
 from skel.validate.spec import torch_dtype
+
+
+def dim_size(dim: str, sizes) -> int:
+    """A tensor dim's size: a number as written, ``K/4`` a quarter of K (a packed dim), else ``sizes[dim]``."""
+    if dim.isdigit():
+        return int(dim)
+    if "/" in dim:
+        base, k = dim.split("/")
+        return sizes[base] // int(k)
+    return sizes[dim]
 
 
 def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, device, work: str,
@@ -36,6 +47,8 @@ def draw(sizes: tuple[int, ...], dtype: str, values: str, gen: torch.Generator, 
             pad = torch.rand(count, generator=gen, device=device) < 0.25
             slots = torch.where(pad, torch.full_like(slots, -1), slots)
         return slots.reshape(sizes).to(dt)
+    if values == "bits":  # packed integers: every bit pattern of a byte
+        return torch.randint(0, 256, sizes, generator=gen, device=device).to(dt)
     x = torch.randn(*sizes, generator=gen, device=device)
     if values == "log-decay":
         x = torch.nn.functional.logsigmoid(x)

@@ -5,7 +5,9 @@ worker, next to the code they call.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
+import re
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,10 +109,58 @@ def describe_exception(exc: BaseException, source: Path | None) -> str:
     first = text[0] if text else ""
     if len(first) > 200:
         first = first[:197] + "..."
-    hint = ""
+    hint = unbound_hint(exc, frames)
     if "InterpreterBuilder" in first and "has no attribute" in first:  # e.g. get_bf16: bf16 constants
         hint = " (Triton's CPU interpreter lacks this operation: judge the kernel on a GPU, --device cuda)"
     return f"{type(exc).__name__}: {first}{where}{hint}"
+
+
+def unbound_hint(exc: BaseException, frames: traceback.StackSummary) -> str:
+    """For a local read before any assignment ran (``UnboundLocalError``): where the function assigns it
+    and under which condition (the nearest ``if`` or ``elif`` test), none of which held on this run (``NUM_SMS`` set only under
+    ``if device == "cuda"`` / ``elif device == "xpu"``, read on the CPU)."""
+    quoted = re.search(r"'([A-Za-z_]\w*)'", str(exc))  # "cannot access local variable 'X' where ..."
+    if not isinstance(exc, UnboundLocalError) or quoted is None or not frames:
+        return ""
+    name = quoted.group(1)
+    frame = frames[-1]
+    try:
+        tree = ast.parse(Path(frame.filename).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.name == frame.name and n.lineno <= (frame.lineno or 0) <= (n.end_lineno or 0)), None)
+    if fn is None:
+        return ""
+    guarded: list[str] = []
+
+    def walk(node: ast.AST, tests: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+                    isinstance(t, ast.Name) and t.id == name
+                    for target in (child.targets if isinstance(child, ast.Assign) else [child.target])
+                    for t in ast.walk(target)):
+                guarded.append(f"line {child.lineno}" + (f" under {' and '.join(tests)}" if tests else ""))
+            if isinstance(child, ast.If):
+                test = ast.unparse(child.test)
+                for stmt in child.body:
+                    walk(ast.Module(body=[stmt], type_ignores=[]), (*tests, f"`{test}`"))
+                elif_chain = len(child.orelse) == 1 and isinstance(child.orelse[0], ast.If)
+                for stmt in child.orelse:
+                    walk(ast.Module(body=[stmt], type_ignores=[]), tests if elif_chain else (*tests, f"not `{test}`"))
+            else:
+                walk(child, tests)
+
+    walk(fn, ())
+    if not guarded:
+        return ""
+    text = f": {frame.name} assigns {name} only at {'; '.join(guarded[:4])}, and none of them ran here"
+    if any(word in g for g in guarded for word in ("device", "cuda", "is_available", "xpu", "npu")):
+        text += (" (a device check is false on the CPU interpreter: judge this launcher on a GPU, or give"
+                 f" {name} a value for other devices)")
+    return text
 
 
 def clone_inputs(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -269,7 +269,8 @@ def generator(shape: Shape, seed: int, device: Any) -> "torch.Generator":
 
 def itemsize(name: str) -> int:
     """Bytes per element of a dtype name ("bfloat16" -> 2)."""
-    sizes = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
+    sizes = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "int32": 4,
+             "int64": 8, "bool": 1}
     try:
         return sizes[dtype_name(name)]
     except KeyError:

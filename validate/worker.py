@@ -108,12 +108,15 @@ class Role:
         return {"internal": traceback.format_exc()[-4000:]}
 
     def interpreted(self, module) -> None:
-        """In Triton's interpreter (``interpret``): float arguments and loop indices typed as compiled, bf16 math
-        on values, autotuners on one config, aliases of its builtins (``exp = tl.exp``, libdevice) bound late."""
+        """In Triton's interpreter (``interpret``): accesses outside the launch's tensors caught (``bounds``), float
+        arguments and loop indices typed as compiled, bf16 math on values, autotuners on one config, aliases of
+        its builtins (``exp = tl.exp``, libdevice) bound late."""
         if self.device == "cpu":
+            from skel.validate.bounds import bounds_checked
             from skel.validate.interpret import (bf16_on_values, float_scalars_as_tensors, late_bind_aliases,
                                                  loop_indices_as_tensors, one_config_autotune)
 
+            bounds_checked()
             float_scalars_as_tensors()
             loop_indices_as_tensors()
             bf16_on_values()
@@ -166,6 +169,7 @@ class Oracle(Role):
         super().__init__(config)
         self.spec = None
         self.original = None
+        self.kernel: Path | None = None  # the original's file: its failures name their line there
         self.case: dict | None = None
         self.sets: list[dict] = []
 
@@ -198,6 +202,7 @@ class Oracle(Role):
             return {"error": f"the original kernel {kernel} does not import: {describe_exception(exc, kernel)}"}
         entry = self.config.get("entry") or self.spec.entry
         self.original = getattr(module, entry, None)
+        self.kernel = kernel
         if not callable(self.original):
             return {"error": f"the original kernel {kernel} defines no launcher '{entry}'"}
         return {"spec": info}
@@ -235,7 +240,7 @@ class Oracle(Role):
             named += [(f"ref.{k}", v) for k, v in ref.items() if _is_tensor(v)]
         self.case = {"inputs": inputs, "ref": ref if spec.reference is not None else {}}
         try:
-            base = run_call(self.original, clone_inputs(inputs), spec.outputs, spec.inplace, self.device, None)
+            base = run_call(self.original, clone_inputs(inputs), spec.outputs, spec.inplace, self.device, self.kernel)
             named += [(f"base.{k}", v) for k, v in base.outputs.items()]
             if spec.reference is None:
                 named += self._self_oracle(inputs, seed, reply)
@@ -256,11 +261,11 @@ class Oracle(Role):
         wide = upcast(inputs)
         if wide is not None:
             try:
-                ref = run_call(self.original, wide, spec.outputs, spec.inplace, self.device, None)
+                ref = run_call(self.original, wide, spec.outputs, spec.inplace, self.device, self.kernel)
                 named += [(f"ref.{k}", v) for k, v in ref.outputs.items()]
             except CallFailed as exc:
                 reply["upcast_note"] = f"the original refuses float32 inputs ({exc}); its own run is the reference"
-        pert = run_call(self.original, perturbed(inputs, seed), spec.outputs, spec.inplace, self.device, None)
+        pert = run_call(self.original, perturbed(inputs, seed), spec.outputs, spec.inplace, self.device, self.kernel)
         named += [(f"pert.{k}", v) for k, v in pert.outputs.items()]
         return named
 
