@@ -701,4 +701,9 @@ def _outputs(st: State, tensors: list[str]) -> tuple[str, ...]:
     if not any(not n.startswith("_") for n in out) and not any(pointer(st, t) and pointer(st, t).stored
                                                              for t in tensors):
         raise HarnessError(f"{st.lf.name}: returns no tensor it allocates and updates no input in place: nothing to compare")
-    return tuple(dict.fromkeys(out))
+    seen: set[str] = set()
+    for i, name in enumerate(out):  # `return dX, dX, dW`: the same tensor twice is compared once
+        if name in seen:
+            out[i] = f"_{name.lstrip('_')}_{i}"
+        seen.add(out[i])
+    return tuple(out)

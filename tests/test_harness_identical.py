@@ -286,3 +286,31 @@ def test_an_access_past_every_tensor_is_named_not_a_crash(tmp_path, monkeypatch)
     assert "OutOfBounds" in result.error and "a load at rows.py:10 touches" in result.error, result.error
     assert re.search(r"bytes past the end of '[xy]' \(\[2, 64\] float32, the nearest tensor below it\)", result.error), \
         result.error
+
+
+TWICE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _double_kernel(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(Y + offs, tl.load(X + offs, mask=m) * 2, mask=m)
+
+
+def double(x: torch.Tensor):
+    n = x.numel()
+    y = torch.empty_like(x)
+    _double_kernel[(triton.cdiv(n, 64),)](x, y, n, BLOCK=64)
+    return y, y, x
+'''
+
+
+def test_a_tensor_returned_twice_keeps_every_position(tmp_path):
+    """``return dX, dX, dW`` (Liger's fused add-rms-norm backward: dR is dX): three values come back, the
+    repeat compared once, so the outputs name three positions."""
+    h = infer(tmp_path / "double.py", TWICE)
+    assert h.outputs == ("y", "_y_1", "_x")
