@@ -20,7 +20,7 @@ from skel.harness.constraints import divisors
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
-from skel.harness.layout import alloc_shape, read_shapes
+from skel.harness.layout import alloc_shape, launcher_dim, names_in, read_shapes
 from skel.harness.npu import npu_evidence
 from skel.harness.reference import Reference, find_reference
 from skel.harness.sizes import Size
@@ -421,16 +421,12 @@ def _used_sizes(st: State, tensors: list[str]) -> tuple[Size, ...]:
         if size in out or depth > 8:
             return
         for other in st.sizes:
-            if other != name and other in _names_in(size.code):
+            if other != name and other in names_in(size.code):
                 add(other, depth + 1)
         out.append(size)
     for name in dict.fromkeys(wanted):
         add(name)
     return tuple(out)
-
-
-def _names_in(code: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(code, mode="eval")) if isinstance(n, ast.Name)}
 
 
 def _derived_dims(st: State) -> dict[str, str]:
@@ -482,7 +478,7 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Siz
             elif d not in names and not d.isdigit() and d != POOL and d not in computed:
                 names.append(d)
     for s in sizes:  # a required int argument a size is made of (chunk_size): a dim of its own
-        for d in sorted(_names_in(s.code)):
+        for d in sorted(names_in(s.code)):
             if d not in names and d not in computed and d in st.free:
                 names.append(d)
     unknown = [d for d in fixed if d not in names]
@@ -608,13 +604,6 @@ def _compared_value(st: State, kparam: str | None, module: dict[str, object]) ->
     return None
 
 
-def _dim_of(st: State, kparam: str, dims: set[str]) -> str | None:
-    """The launcher dim bound to kernel parameter ``kparam`` (``n_cols=n_cols``), if it is one."""
-    name = st.binding.get(kparam, kparam)
-    name = st.lf.dim_alias.get(name, name)
-    return name if name in dims else None
-
-
 def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[str],
             module: dict[str, object] | None = None) -> tuple[ValueArg, ...]:
     out = []
@@ -652,8 +641,7 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
         elif use == "sentinel":
             out.append(ValueArg(p.name, "-100", f"compared for equality with loaded values in {st.kf.name}: a"
                                                  " sentinel (an ignore index) no drawn value takes, -100"))
-        elif kparam in st.kf.covers and _dim_of(st, st.kf.covers[kparam], dims):
-            dim = _dim_of(st, st.kf.covers[kparam], dims)
+        elif kparam in st.kf.covers and (dim := launcher_dim(st, st.kf.covers[kparam], dims)):
             out.append(ValueArg(p.name, f"(1 << max(0, {dim} - 1).bit_length())",
                                 f"a tile one block of which covers {dim} (tl.arange(0, {kparam}) masked by"
                                 f" < {st.kf.covers[kparam]}, no loop over it, in {st.kf.name}): the power of two"

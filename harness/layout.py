@@ -103,11 +103,12 @@ def _read_sizes(st: State, polys: dict[str, Poly], known: dict[str, tuple[str, .
 
 def _bound(tensor: str, st: State, others: list[State]) -> bool:
     """Some kernel launched on the judged path takes ``tensor`` (or a view of it) as an argument."""
-    return any(st.lf.aliases.get(e, e) == tensor or st.lf.view_of.get(e) == tensor or _names(e) & {tensor}
+    return any(st.lf.aliases.get(e, e) == tensor or st.lf.view_of.get(e) == tensor or names_in(e) & {tensor}
                for s in (st, *others) for e in s.binding.values())
 
 
-def _names(expr: str) -> set[str]:
+def names_in(expr: str) -> set[str]:
+    """The names an expression reads (none where it does not parse)."""
     try:
         return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)}
     except SyntaxError:
@@ -460,9 +461,16 @@ def _arange_bound(root: str, st: State, dims: set[str]) -> str | None:
     only covers a dim: its extent is what the next stride says)."""
     if not (root.startswith("arange(") and root.endswith(")")):
         return None
-    name = st.binding.get(root[7:-1], root[7:-1])
+    name = launcher_dim(st, root[7:-1], dims)
+    return name if name is not None and name not in st.sizes and name not in st.free else None
+
+
+def launcher_dim(st: State, kparam: str, dims: set[str]) -> str | None:
+    """The launcher dim kernel parameter ``kparam`` is bound to (``n_cols=n_cols``, through a dim alias),
+    if it is one of ``dims``."""
+    name = st.binding.get(kparam, kparam)
     name = st.lf.dim_alias.get(name, name)
-    return name if name in dims and name not in st.sizes and name not in st.free else None
+    return name if name in dims else None
 
 
 def _min_bound(root: str, st: State, dims: set[str]) -> str | None:
@@ -474,11 +482,8 @@ def _min_bound(root: str, st: State, dims: set[str]) -> str | None:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min"):
         return None
     for arg in node.args:
-        if isinstance(arg, ast.Name):
-            name = st.binding.get(arg.id, arg.id)
-            name = st.lf.dim_alias.get(name, name)
-            if name in dims:
-                return name
+        if isinstance(arg, ast.Name) and (name := launcher_dim(st, arg.id, dims)) is not None:
+            return name
     return None
 
 

@@ -25,17 +25,7 @@ from pathlib import Path
 import pytest
 
 from skel.harness.infer import infer
-from skel.validate.gate import validate
-
-
-def _judge(tmp_path: Path, monkeypatch, source: str, name: str, entry: str, dtype: str, mutant=None):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    target = tmp_path / f"{name}.py"
-    target.write_text(source)
-    cand = tmp_path / f"{name}_candidate.py"
-    cand.write_text(source if mutant is None else source.replace(*mutant))
-    assert mutant is None or cand.read_text() != source
-    return validate(target, cand, shapes="ci", seeds=(0,), device="cpu", dtype=dtype, entry=entry)
+from test_harness_run import _judge
 
 
 CHUNK_SIZED = '''\

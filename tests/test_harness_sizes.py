@@ -9,9 +9,9 @@ import pytest
 
 from skel.harness.infer import infer
 from skel.harness.writer import inferred_spec
-from skel.validate.gate import validate
 from skel.validate.load import load_spec
 from skel.validate.spec import Shape
+from test_harness_run import _judge
 
 CHUNKED = '''
 import torch
@@ -175,16 +175,9 @@ def test_offsets_inside_an_axis_and_a_clipped_row(tmp_path):
 
 @pytest.mark.parametrize("mutant", [None, "wrong index"])
 def test_zero_config_gate_on_a_chunked_kernel(mutant, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = tmp_path / "chunk_sum.py"
-    path.write_text(CHUNKED)
-    text = CHUNKED
-    if mutant:  # the chunk's rows of A read with columns doubled up
-        text = text.replace("+ o_c[None, :], mask=m_t[:, None]", "+ o_c[None, :] // 2, mask=m_t[:, None]")
-        assert text != CHUNKED
-    cand = tmp_path / "cand.py"
-    cand.write_text(text)
-    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    # the chunk's rows of A read with columns doubled up
+    mutation = ("+ o_c[None, :], mask=m_t[:, None]", "+ o_c[None, :] // 2, mask=m_t[:, None]")
+    r = _judge(tmp_path, monkeypatch, CHUNKED, "chunk_sum", "chunk_sum", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
 
@@ -209,13 +202,8 @@ def test_an_outermost_index_the_grid_does_not_show(tmp_path):
 
 @pytest.mark.parametrize("mutant", [None, "dropped term"])
 def test_zero_config_gate_on_a_moved_pointer(mutant, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = tmp_path / "gqa_state.py"
-    path.write_text(MOVED)
-    text = MOVED.replace("(o_v[None, :] + 1)", "(o_v[None, :] + 0)") if mutant else MOVED
-    cand = tmp_path / "cand.py"
-    cand.write_text(text)
-    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    mutation = ("(o_v[None, :] + 1)", "(o_v[None, :] + 0)")
+    r = _judge(tmp_path, monkeypatch, MOVED, "gqa_state", "gqa_state", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
 
@@ -336,14 +324,8 @@ def test_required_arguments_read_off_their_use(tmp_path):
 
 @pytest.mark.parametrize("mutant", [None, "first mode"])
 def test_zero_config_gate_on_a_mode_switch(mutant, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = tmp_path / "row_scale.py"
-    path.write_text(MODES)
-    text = MODES.replace("y = x * w\n", "y = x * w * 1.01\n") if mutant else MODES
-    assert (text != MODES) == bool(mutant)
-    cand = tmp_path / "cand.py"
-    cand.write_text(text)
-    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    mutation = ("y = x * w\n", "y = x * w * 1.01\n")
+    r = _judge(tmp_path, monkeypatch, MODES, "row_scale_backward", "row_scale_backward", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
 
@@ -415,12 +397,7 @@ def test_rows_counted_by_a_numel_quotient_of_several_dims(tmp_path):
 
 @pytest.mark.parametrize("mutant", [None, "wrong operand"])
 def test_zero_config_gate_on_rows(mutant, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = tmp_path / "row_dot.py"
-    path.write_text(ROWS)
-    text = ROWS.replace("tl.sum(a * b)", "tl.sum(a * a)") if mutant else ROWS
-    cand = tmp_path / "cand.py"
-    cand.write_text(text)
-    r = validate(path, cand, shapes="ci", seeds=(0,), device="cpu", dtype="float32")
+    mutation = ("tl.sum(a * b)", "tl.sum(a * a)")
+    r = _judge(tmp_path, monkeypatch, ROWS, "row_dot", "row_dot", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
