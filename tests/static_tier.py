@@ -39,6 +39,8 @@ STATIC: dict[str, frozenset[str]] = {
     "test_harness_run.py": frozenset({"test_the_interpreter_runs_the_original_as_compiled_code_would",
                                       "test_a_launcher_imported_from_a_sibling_module_has_its_autotuner_trimmed"}),
     "test_heldout2_classes.py": ALL,
+    "test_heldout3_classes.py": ALL,
+    "test_heldout4_classes.py": ALL,
     "test_kernels.py": frozenset({"test_kernel_matches_reference_on_ci_shapes"}),
     "test_layers.py": ALL,
     "test_launch_search.py": frozenset({"test_each_case_rewrite_agrees_with_its_original_in_the_interpreter",

@@ -209,3 +209,117 @@ def test_a_per_tile_tensor_addressed_through_a_pointer_variable_keeps_its_tile_o
     for name in ("plain_kernel", "flat_kernel"):  # a count inside lane offsets, or one that splits a flat pid
         plain = [dict(f.params) for f in fs if f.kernel == name and f.skeleton == "SK005"]
         assert plain and any("BLOCK_M" in h for h in plain), (name, plain)
+
+
+WEIGHT_SIZES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def pack_rows_kernel(W_in_ptr, W_out_ptr, num_rows, num_cols, PACK: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for r in range(PACK):
+        v = tl.load(W_in_ptr + (row * PACK + r) * num_cols + cols, mask=cols < num_cols)
+        acc = acc | (v << (r * 4))
+    tl.store(W_out_ptr + row * num_cols + cols, acc, mask=cols < num_cols)
+
+
+@triton.jit
+def quant_kernel(x_ptr, y_ptr, s_ptr, M, N, BLOCK: tl.constexpr):
+    """Quantise ``x`` block by block.
+
+    Args:
+        M (int): rows of the weight matrix.
+        N (int): columns of the weight matrix.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+    offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    x = tl.load(x_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask)
+    s = tl.max(tl.abs(x)) / 448.0
+    tl.store(y_ptr + offs_m[:, None] * N + offs_n[None, :], x / s, mask=mask)
+    tl.store(s_ptr + pid_m * tl.cdiv(N, BLOCK) + pid_n, s)
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    m = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + m * K + offs_k, mask=offs_k < K)
+        w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=(offs_n[:, None] < N) & (offs_k[None, :] < K))
+        acc += tl.sum(w * x[None, :], 1)
+    tl.store(y_ptr + m * N + offs_n, acc, mask=(offs_n < N) & (m < M))
+
+
+@triton.jit
+def wy_kernel(k_ptr, w_ptr, o_ptr, T, BT: tl.constexpr, K: tl.constexpr):
+    i_t = tl.program_id(0)
+    offs = i_t * BT + tl.arange(0, BT)
+    cols = tl.arange(0, K)
+    k = tl.load(k_ptr + offs[:, None] * K + cols[None, :], mask=offs[:, None] < T)
+    w = tl.load(w_ptr + offs[:, None] * K + cols[None, :], mask=offs[:, None] < T)
+    tl.store(o_ptr + offs[:, None] * K + cols[None, :], k * w, mask=offs[:, None] < T)
+
+
+def pack(W_q, pack=8):
+    num_input_rows, num_cols = W_q.shape
+    num_rows = num_input_rows // pack
+    out = torch.empty((num_rows, num_cols), dtype=torch.int32, device=W_q.device)
+    pack_rows_kernel[(num_rows, triton.cdiv(num_cols, 64))](W_q, out, num_rows, num_cols, pack, BLOCK=64)
+    return out
+
+
+def quant(x, block=128):
+    M, N = x.size()
+    y = torch.empty_like(x)
+    s = x.new_empty(triton.cdiv(M, block), triton.cdiv(N, block))
+    quant_kernel[(triton.cdiv(M, block), triton.cdiv(N, block))](x, y, s, M, N, BLOCK=block)
+    return y, s
+
+
+def linear(X, weight):
+    N, K = weight.shape
+    M = X.numel() // K
+    y = X.new_empty(M, N)
+    gemv_kernel[(M, triton.cdiv(N, 64))](X, weight, y, M, N, K, BLOCK_N=64, BLOCK_K=64)
+    return y
+
+
+def wy(k, w, chunk_size=64):
+    B, T, K = w.shape
+    o = torch.empty_like(k)
+    wy_kernel[(triton.cdiv(T, chunk_size),)](k, w, o, T, BT=chunk_size, K=K)
+    return o
+'''
+
+
+def test_a_weights_sizes_are_not_per_call_sizes():
+    """A weight's sizes are fixed per model: Triton compiles once per weight shape, and
+    ``do_not_specialize`` would only cost the divisibility facts. The evidence is what the code
+    shows, not the parameter's name (num_rows, M and N are per-call sizes elsewhere): every tensor
+    the kernel touches is a weight (a packing kernel), the docstring calls the size a weight's, or
+    the launch passes it from a weight's shape. A size computed from an activation as well
+    (``M = X.numel() // K``), and a lone lowercase ``w`` (the WY factor of a delta rule, per call),
+    stay per-call sizes."""
+    from skel.miner.detect import evaluate
+    from skel.skeletons.library import load_library
+
+    profiles, fs = mine(WEIGHT_SIZES)
+    by_name = {p.name: p for p in profiles}
+    for name, evidence in (("pack_rows_kernel", "every tensor the kernel touches is a weight"),
+                           ("quant_kernel", "the docstring says so")):
+        assert "opportunity" not in kinds(fs, name, "SK008"), name
+        why = {r.id: r for r in evaluate(load_library().get("SK008"), by_name[name], WEIGHT_SIZES)}
+        assert not why["has-runtime-shape-arg"].holds and evidence in why["has-runtime-shape-arg"].detail, why
+    gemv = [dict(f.params)["param"] for f in fs if f.kernel == "gemv_kernel" and f.skeleton == "SK008"]
+    assert gemv == ["M"], gemv  # N comes from the weight; M from X and the weight together
+    assert "opportunity" in kinds(fs, "wy_kernel", "SK008")

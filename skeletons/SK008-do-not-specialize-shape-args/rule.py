@@ -6,7 +6,9 @@ batch size that changes between calls (T = 1 in decode, T = 7 in speculative dec
 the batch) makes a new compilation. Opportunity: the kernel takes such a size as a plain
 (non-constexpr) integer and does not list it in ``do_not_specialize``. Instance:
 ``@triton.jit(do_not_specialize=[...])`` naming one. Head counts and head dims (H, K, V)
-are fixed per model and are not candidates.
+are fixed per model and are not candidates, nor are sizes the code shows to be a weight's
+(``_weight_sizes``: a packing kernel that touches weights only, a docstring, a launch that passes
+the size from a weight's shape).
 
 Rewrite:
 SK008: ``do_not_specialize`` for runtime shape arguments of a ``@triton.jit`` kernel.
@@ -49,7 +51,7 @@ VARYING = re.compile(
 SCALAR_ANN = re.compile(r"^(tl\.)?(int32|int64|uint32|uint64|int)$")
 
 
-def _varying(ctx: Ctx):
+def _named_sizes(ctx: Ctx):
     """Plain integer parameters that name a per-call size and that the kernel uses as a number:
     a parameter it reads memory through (``tl.load(seq_lens + i)``, a bias pointer ``B``) is a
     pointer whatever its name, and pointers are not specialised on their value."""
@@ -61,6 +63,131 @@ def _varying(ctx: Ctx):
         if p.annotation and not SCALAR_ANN.match(p.annotation.strip()):
             continue
         out.append(p)
+    return out
+
+
+def _varying(ctx: Ctx):
+    """The named per-call sizes less those the code shows to be a weight's dimensions."""
+    weights = _weight_sizes(ctx)
+    return [p for p in _named_sizes(ctx) if p.name not in weights]
+
+
+# A weight tensor's name: W, W_q, W1, w13, weight, qweight, w_packed... (a trailing _ptr / ptr
+# dropped). A lone lowercase ``w`` is not one (the WY factor of delta-rule kernels, a window), nor
+# is a gradient (dW).
+_WEIGHT = re.compile(r"^(?:W(?:_|\d|$)|w\d|q?weights?(?:_|\d|$)|\w*_weights?(?:_|$))")
+_SHAPE_OF = re.compile(r"\b([A-Za-z_]\w*)\s*\.\s*(?:shape\b|size\s*\(|numel\s*\()")
+
+
+def _weightish(name: str) -> bool:
+    return bool(_WEIGHT.match(re.sub(r"_?ptr$", "", name, flags=re.I)))
+
+
+def _weight_sizes(ctx: Ctx) -> dict[str, str]:
+    """Size parameters the code shows to be a weight's dimensions (fixed per model, so Triton
+    compiles once per weight shape, not once per call), each with the evidence:
+
+    - the kernel's docstring describes the parameter as a weight's size
+      (``M (int): Number of rows in the weight matrix.``);
+    - every tensor the kernel reads or writes is a weight (a packing or quantisation kernel:
+      ``W_q_ptr`` in, ``W_q_out_ptr`` out), so all its sizes are the weight's;
+    - a launch in the file passes a size unpacked from a weight's shape
+      (``num_rows, num_cols = W_q.shape``, ``K = weight.size(1)``)."""
+    cache = ctx.cache.setdefault(CODE, {})
+    if "weights" in cache:
+        return cache["weights"]
+    sizes = {p.name for p in _named_sizes(ctx)}
+    out: dict[str, str] = {}
+    if sizes:
+        for name, line in _docstring(ctx):
+            if name in sizes and re.search(r"\bweights?\b", line, re.I):
+                out[name] = f"the docstring says so ({line.strip()[:80]})"
+        pointers = _tensor_params(ctx)
+        if pointers and all(_weightish(n) for n in pointers):
+            for name in sizes - out.keys():
+                out[name] = f"every tensor the kernel touches is a weight ({', '.join(pointers)})"
+        launched = _launch_shapes(ctx)
+        for name, tensors, line in launched:
+            # a weight's size at every launch that passes it from a shape
+            if name in sizes and name not in out and all(
+                    all(_weightish(t) for t in ts.split(", ")) for n, ts, _ in launched if n == name):
+                out[name] = f"the launch at line {line} passes it from {tensors}'s shape"
+    cache["weights"] = out
+    return out
+
+
+def _tensor_params(ctx: Ctx) -> list[str]:
+    """Parameters an address the kernel loads or stores through is built from, other than those
+    it uses as sizes or strides (``X_cur = pid * stride + X`` makes ``X`` one; ``stride`` is not)."""
+    params = {p.name for p in ctx.p.params if not p.constexpr}
+    names: set[str] = set()
+    for mo in ctx.p.memops:
+        names |= set(re.findall(r"[A-Za-z_]\w*", mo.pointer))
+        for a in ctx.closure(mo.pointer, mo.line, through_loads=False):
+            names |= set(re.findall(r"[A-Za-z_]\w*", a.rhs))
+    return sorted(n for n in names & params if not _used_as_size(ctx, n))
+
+
+def _docstring(ctx: Ctx) -> list[tuple[str, str]]:
+    """(first word, line) for each line of the kernel's docstring."""
+    ln = ctx.p.line
+    while ln <= ctx.p.end_line and not ctx.text(ln).endswith(":"):
+        ln += 1  # the end of the signature
+    first = ctx.text(ln + 1)
+    quote = next((q for q in ('"""', "'''") if first.lstrip("rRuU").startswith(q)), None)
+    if quote is None:
+        return []
+    rows, i = [], ln + 1
+    while i <= ctx.p.end_line:
+        t = ctx.text(i).lstrip("rRuU") if i == ln + 1 else ctx.text(i)
+        body = t[3:] if i == ln + 1 else t
+        m = re.match(r"[`*]*([A-Za-z_]\w*)", body.strip())
+        if m:
+            rows.append((m.group(1), body))
+        if quote in body:
+            break
+        i += 1
+    return rows
+
+
+def _launch_shapes(ctx: Ctx) -> list[tuple[str, str, int]]:
+    """(parameter, tensors, line) where a launch of the kernel passes a size read from tensors'
+    shapes: directly (``W.shape[0]``) or through names the launching function assigns from them
+    (``num_rows, num_cols = W_q.shape``; ``rows = num_input_rows // pack`` two steps back). All
+    the tensors a size is computed from are named (``M = X.numel() // K`` with ``K`` from the
+    weight is the activation's as well as the weight's)."""
+    out = []
+    for site in ctx.p.launches:
+        fn = ctx.file.enclosing_def(site.line)
+        if fn is None:
+            continue
+        binds = _bindings(ctx, fn, site.line)
+        for param, arg in site.args:
+            if tensors := _shape_sources(arg, binds, 3):
+                out.append((param, ", ".join(sorted(tensors)), site.line))
+    return out
+
+
+def _bindings(ctx: Ctx, first: int, last: int) -> dict[str, tuple[str, int]]:
+    """Name -> (right-hand side, line) of the simple assignments between two lines of host code
+    (the last one wins; tuple targets each get the whole right-hand side)."""
+    out = {}
+    for ln in range(first + 1, last):
+        m = re.match(r"\s*([A-Za-z_][\w\s,()*]*?)\s*=(?!=)\s*(.+)$", ctx.file.lines[ln - 1])
+        if m:
+            for name in re.findall(r"[A-Za-z_]\w*", m.group(1)):
+                out[name] = (m.group(2), ln)
+    return out
+
+
+def _shape_sources(expr: str, binds: dict, depth: int) -> set[str]:
+    """The tensors whose ``.shape`` / ``.size()`` / ``.numel()`` ``expr`` reads, following ``binds``."""
+    out = set(_SHAPE_OF.findall(expr))
+    if depth:
+        for name in set(re.findall(r"\b[A-Za-z_]\w*\b", _SHAPE_OF.sub("", expr))):
+            if name in binds:
+                rhs, _ = binds[name]
+                out |= _shape_sources(rhs, {k: v for k, v in binds.items() if k != name}, depth - 1)
     return out
 
 
@@ -119,6 +246,10 @@ def _critical(ctx: Ctx, name: str) -> str | None:
 def has_runtime_shape_arg(ctx: Ctx) -> Check:
     rows = _varying(ctx)
     if not rows:
+        weights = _weight_sizes(ctx)
+        if weights:
+            return no("; ".join(f"{n} is a weight's size: {why}" for n, why in weights.items())
+                      + ": fixed per model, so it compiles once per weight shape, not per call")
         return no("no plain integer parameter names a per-call size (T, N, seq_len, ...); all are constexpr or absent")
     return yes(", ".join(f"{p.name}{': ' + p.annotation if p.annotation else ''}" for p in rows) + " vary between calls")
 
