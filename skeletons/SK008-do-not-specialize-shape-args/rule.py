@@ -102,7 +102,8 @@ def _weight_sizes(ctx: Ctx) -> dict[str, str]:
         for name, line in _docstring(ctx):
             if name in sizes and re.search(r"\bweights?\b", line, re.I):
                 out[name] = f"the docstring says so ({line.strip()[:80]})"
-        pointers = _tensor_params(ctx)
+        # (cheap test first: a kernel with no weight-named parameter has no weight-only tensors)
+        pointers = _tensor_params(ctx) if any(_weightish(p.name) for p in ctx.p.params) else []
         if pointers and all(_weightish(n) for n in pointers):
             for name in sizes - out.keys():
                 out[name] = f"every tensor the kernel touches is a weight ({', '.join(pointers)})"
