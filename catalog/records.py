@@ -168,6 +168,9 @@ class LaunchSite:
     # or set by the kernel's heuristics or autotune), so programs differing only in that tile are siblings
     # that read each other's shared data (Triton frontend).
     grid_tiles: tuple[str, ...] = ()
+    # Constexprs passed (by keyword or position) as a host name the grid divides a size by
+    # (``SPLIT_SIZE`` in ``grid = (cdiv(n, SPLIT_SIZE),)``), whatever their names (Triton frontend).
+    grid_divisors: tuple[str, ...] = ()
     # How the launch reaches the kernel (Triton frontend): "" for ``kernel[grid](...)`` in the host code;
     # "wrapper NAME" for a call of a same-file function that launches its kernel argument; "field OBJ.F"
     # for ``OBJ.F[grid](...)`` with the field bound to the kernel. Rewrites edit direct launches only.

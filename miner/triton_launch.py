@@ -156,10 +156,13 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
             args.append((name, value))
     constexpr = {p.name for p in params if p.constexpr}
     values = tuple((n, _value(a, scope, src)) for n, a in args if n in constexpr)
-    grid_names, meta_keys = _grid_reads(grid_node, scope)
+    grid_names, meta_keys, divisors = _grid_reads(grid_node, scope)
     passed = {n: a for n, a in keywords if n in constexpr and TILE_NAME.match(n)}
     tiles = tuple(sorted({n for n, a in passed.items() if n in meta_keys or (isinstance(a, ast.Name) and a.id in grid_names)}
                          | {k for k in meta_keys if k in constexpr and TILE_NAME.match(k) and k not in passed}))
+    # constexprs passed (by keyword or position) as a name the grid divides a size by: SPLIT_SIZE in
+    # ``grid = (cdiv(n, SPLIT_SIZE),)``, a tile whatever its name when it also sizes a lane range
+    split = tuple(sorted(n for n, a in args if n in constexpr and isinstance(a, ast.Name) and a.id in divisors))
     launch_kw = dict(keywords)
     nw, ns = launch_kw.get("num_warps"), launch_kw.get("num_stages")
     return LaunchSite(
@@ -171,6 +174,7 @@ def launch_site(call: ast.Call, fn: ast.AST | None, params: tuple[Param, ...], b
         num_warps=None if nw is None else _value(nw, scope, src),
         num_stages=None if ns is None else _value(ns, scope, src),
         grid_tiles=tiles,
+        grid_divisors=split,
         via=via or (f"field {src.text(call.func.value)}" if isinstance(call.func.value, ast.Attribute) else ""),
     )
 
@@ -190,10 +194,10 @@ def _star_keywords(node: ast.AST, scope: Scope) -> list[tuple[str, ast.AST]]:
     return []
 
 
-def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str], set[str]]:
+def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str], set[str], set[str]]:
     """(the host names the grid is computed from, following the host's assignments (``NV = cdiv(V, BV)``,
     ``NK, NV = cdiv(K, BK), cdiv(V, BV)``); the meta-parameters a grid lambda or function reads,
-    ``META["BV"]``)."""
+    ``META["BV"]``; the names among the first that divide a size: ``cdiv(n, X)``, ``n // X``)."""
     seen, meta = 0, None
     while isinstance(node, ast.Name) and node.id in scope.nodes and seen < 4:
         node = scope.nodes[node.id]
@@ -204,6 +208,7 @@ def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str]
     keys = {s.slice.value for s in ast.walk(node) if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name)
             and s.value.id == meta and isinstance(s.slice, ast.Constant) and isinstance(s.slice.value, str)}
     out: set[str] = set()
+    divisors = _divisors(node)
     todo = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != meta]
     while todo and len(out) < limit:
         name = todo.pop()
@@ -213,7 +218,29 @@ def _grid_reads(node: ast.AST, scope: Scope, limit: int = 256) -> tuple[set[str]
         value = scope.nodes.get(name)
         if value is not None and not isinstance(value, ast.FunctionDef):
             todo += [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
-    return out, keys
+            divisors |= _divisors(value)
+    return out, keys, divisors
+
+
+def sizes_lanes(kernel_text: str, name: str) -> bool:
+    """Whether ``name`` sizes a lane range of the kernel: ``tl.arange(0, name)``, ``tl.arange(0, 2 * name)``.
+    With ``LaunchSite.grid_divisors`` it makes a tile of a constexpr not named as one (the miner's SK005
+    conditions and the launch search both ask it)."""
+    return re.search(rf"\barange\(\s*0\s*,[^()]*\b{re.escape(name)}\b", kernel_text) is not None
+
+
+def _divisors(node: ast.AST) -> set[str]:
+    """Names a size is divided by in ``node``: the second argument of a ``cdiv`` call, the right
+    operand of ``//``."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and len(n.args) == 2 and isinstance(n.args[1], ast.Name) and (
+                (isinstance(n.func, ast.Attribute) and n.func.attr == "cdiv")
+                or (isinstance(n.func, ast.Name) and n.func.id == "cdiv")):
+            out.add(n.args[1].id)
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv) and isinstance(n.right, ast.Name):
+            out.add(n.right.id)
+    return out
 
 
 def _follow_grid(node: ast.AST, scope: Scope) -> ast.AST:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from skel.miner.triton_launch import TILE_NAME  # one definition, shared with the miner
+from skel.miner.triton_launch import TILE_NAME, sizes_lanes  # one definition, shared with the miner
 from skel.rewriter import cst as C
 
 DEPTH = 6  # helper calls deep
@@ -308,6 +308,7 @@ class Grid:
     meta: str | None  # the lambda's / function's parameter name when the grid is one
     names: frozenset[str]
     meta_keys: frozenset[str]
+    divisors: frozenset[str] = frozenset()  # names among ``names`` a size is divided by: cdiv(n, X), n // X
 
 
 def grid_of(call: cst.Call, host: cst.FunctionDef, assigns: dict[str, list[cst.BaseExpression]]) -> Grid:
@@ -332,7 +333,44 @@ def grid_of(call: cst.Call, host: cst.FunctionDef, assigns: dict[str, list[cst.B
         return Grid(None, None, frozenset(), frozenset())
     keys = {k for sub in C.nodes_in(expr, cst.Subscript) if (k := meta_key(sub, meta)) is not None} if meta else set()
     names = closure(C.names_in(expr) - ({meta} if meta else set()), assigns)
-    return Grid(expr, meta, frozenset(names), frozenset(keys))
+    divisors = {d for node in [expr, *(v for n in names for v in assigns.get(n, ()))] for d in _divisors(node)}
+    return Grid(expr, meta, frozenset(names), frozenset(keys), frozenset(divisors))
+
+
+def _divisors(node: cst.CSTNode) -> set[str]:
+    """Names a size is divided by in ``node`` (``cdiv(n, X)``, ``n // X``): as the miner's grid reading."""
+    out = set()
+    for c in C.calls_in(node):
+        if C.last_part(C.call_name(c)) == "cdiv" and len(c.args) == 2 and isinstance(c.args[1].value, cst.Name):
+            out.add(c.args[1].value.value)
+    for b in C.nodes_in(node, cst.BinaryOperation):
+        if isinstance(b.operator, cst.FloorDivide) and isinstance(b.right, cst.Name):
+            out.add(b.right.value)
+    return out
+
+
+def is_tile(name: str, arg: cst.Arg | None, grid: Grid, kernel: cst.FunctionDef) -> bool:
+    """A tile constexpr at a launch: named as one (BV, BLOCK_N), or passed as a name the grid divides a
+    size by that also sizes a lane range of the kernel (``SPLIT_SIZE`` in ``grid = (cdiv(n, SPLIT_SIZE),)``
+    and ``tl.arange(0, SPLIT_SIZE)``): the miner's rule (``LaunchSite.grid_divisors``, ``sizes_lanes``)."""
+    if TILE_NAME.match(name):
+        return True
+    return (arg is not None and isinstance(arg.value, cst.Name) and arg.value.value in grid.divisors
+            and sizes_lanes(C.code_of(kernel), name))
+
+
+def launch_args(call: cst.Call, kernel: cst.FunctionDef) -> dict[str, cst.Arg]:
+    """Kernel parameter -> the argument the launch passes it, by keyword or by position."""
+    names = [p.name.value for p in C.params(kernel)]
+    out = {}
+    for i, a in enumerate(call.args):
+        if a.keyword is not None:
+            out[a.keyword.value] = a
+        elif a.star:
+            break
+        elif i < len(names):
+            out[names[i]] = a
+    return out
 
 
 def closure(names: set[str], assigns: dict[str, list[cst.BaseExpression]]) -> set[str]:
@@ -504,6 +542,15 @@ def decide(name: str, arg: cst.Arg | None, kernel: cst.FunctionDef, host: cst.Fu
         return Decision(name, "override", line(host), f"{var} (a module-level name)", host, var=var)
     values = assigns.get(var, [])
     value = _own_value(stmt, var) if len(values) == 1 else None
+    params = {p.name.value for p in C.params(host)}
+    alias, seen = value, [var]
+    while isinstance(alias, cst.Name) and alias.value not in seen and len(seen) < 4:  # CHUNK_LEN = chunk_size
+        if alias.value in params:
+            return (f"{name} kept: the caller passes it ({' = '.join(seen)} = {alias.value}, a parameter of "
+                    f"{host.name.value})")
+        seen.append(alias.value)
+        more = assigns.get(alias.value, [])
+        alias = more[0] if len(more) == 1 else None
     if value is not None:
         site = literal_site(value)
         if isinstance(site, cst.Integer):

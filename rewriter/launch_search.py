@@ -69,10 +69,10 @@ class Launch:
     def tiles(self) -> tuple[dict[str, int | None], dict[str, D.Decision], list[str]]:
         """(every tile constexpr at the launch -> value, varied tiles -> where they are decided, notes)."""
         constexprs = C.constexpr_params(self.kernel)
-        passed = {a.keyword.value: a for a in self.call.args if a.keyword}
+        passed = D.launch_args(self.call, self.kernel)
         tuned = D.heuristics(self.kernel)
         order = [*passed, *(n for n in tuned if n not in passed)]  # the launch's order, then the heuristics'
-        names = [n for n in order if n in constexprs and D.TILE_NAME.match(n)]
+        names = [n for n in order if n in constexprs and D.is_tile(n, passed.get(n), self.grid, self.kernel)]
         values: dict[str, int | None] = {}
         varied: dict[str, D.Decision] = {}
         notes: list[str] = []
@@ -87,7 +87,7 @@ class Launch:
         return values, varied, notes
 
     def value_of(self, name: str) -> int | None:
-        arg = C.kwarg(self.call, name)
+        arg = D.launch_args(self.call, self.kernel).get(name)
         if arg is not None:
             v = self.evaluator.value(arg.value, self.env)
         else:

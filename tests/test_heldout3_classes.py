@@ -172,13 +172,20 @@ def amax_kernel(x_ptr, s_ptr, BLOCK_SIZE: tl.constexpr):
     tl.store(s_ptr + pid, tl.max(tl.abs(x)))
 
 
-def amax(x, block_size=128):
+def amax(x):
+    block_size = 128
     s = x.new_empty(x.numel() // block_size)
     amax_kernel[(triton.cdiv(x.numel(), block_size),)](x, s, BLOCK_SIZE=block_size)
     return s
 
 
-def amax_rows(x, s, block_size=128):
+def amax_rows(x, s):
+    block_size = 128
+    amax_kernel[(triton.cdiv(x.numel(), block_size),)](x, s, BLOCK_SIZE=block_size)
+    return s
+
+
+def amax_given(x, s, block_size=128):
     amax_kernel[(triton.cdiv(x.numel(), block_size),)](x, s, BLOCK_SIZE=block_size)
     return s
 '''
@@ -188,8 +195,10 @@ def test_a_tile_passed_as_a_variable_that_sizes_a_buffer_is_no_search_opportunit
     _, fs = mine(TILE_FROM_A_VARIABLE)
     hits = [f for f in fs if f.kernel == "amax_kernel" and f.skeleton == "SK005"]
     lines = {f.line for f in hits}
-    assert 16 not in lines, "block_size also sizes s = x.new_empty(numel // block_size) (line 15)"
-    assert 21 in lines, "where no buffer of this function is sized by it, the tile only partitions the work"
+    launch = [i for i, t in enumerate(TILE_FROM_A_VARIABLE.splitlines(), 1) if "amax_kernel[" in t]
+    assert launch[0] not in lines, "block_size also sizes s = x.new_empty(numel // block_size)"
+    assert launch[1] in lines, "where no buffer of this function is sized by it, the tile only partitions the work"
+    assert launch[2] not in lines, "block_size is amax_given's parameter: the caller decides it (the rewrite keeps it)"
 
 
 PER_TILE_SCALES = '''
@@ -223,7 +232,8 @@ def scale_kernel(x_ptr, y_ptr, M, N, BLOCK_SIZE: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
 
 
-def dequant(x, s, block_size=128):
+def dequant(x, s):
+    block_size = 128
     y = torch.empty_like(x)
     M, N = x.shape
     grid = (triton.cdiv(M, block_size), triton.cdiv(N, block_size))

@@ -2,6 +2,8 @@
 gemlite, bitsandbytes), each on a small kernel of our own written the way those packages write it. Static."""
 from __future__ import annotations
 
+import re
+
 from conftest import finding_kinds as kinds, mine_text as mine
 
 
@@ -323,3 +325,46 @@ def test_a_weights_sizes_are_not_per_call_sizes():
     gemv = [dict(f.params)["param"] for f in fs if f.kernel == "gemv_kernel" and f.skeleton == "SK008"]
     assert gemv == ["M"], gemv  # N comes from the weight; M from X and the weight together
     assert "opportunity" in kinds(fs, "wy_kernel", "SK008")
+
+
+TILE_BY_ROLE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dequant_kernel(a_ptr, absmax_ptr, out_ptr, n, QUANT_BLOCK: tl.constexpr, SPLIT_SIZE: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * SPLIT_SIZE + tl.arange(0, SPLIT_SIZE)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask, other=0)
+    scale = tl.load(absmax_ptr + offs // QUANT_BLOCK, mask=mask, other=1.0)
+    tl.store(out_ptr + offs, a.to(tl.float32) * scale, mask=mask)
+
+
+def dequantize(A, absmax, blocksize):
+    n = A.numel()
+    out = torch.empty(n, dtype=torch.float32, device=A.device)
+    SPLIT_SIZE = 256
+    grid = (triton.cdiv(n, SPLIT_SIZE),)
+    dequant_kernel[grid](A, absmax, out, n, blocksize, SPLIT_SIZE)
+    return out
+'''
+
+
+def test_a_tile_is_what_the_grid_divides_by_and_the_callers_block_is_not_searched():
+    """``SPLIT_SIZE = 256; grid = (cdiv(n, SPLIT_SIZE),)`` passed by position is a tile whatever its name;
+    ``QUANT_BLOCK=blocksize``, a parameter of the launching function, is the caller's quantisation
+    block (it indexes the scales): the detector proposes SPLIT_SIZE only, and the rewrite varies it."""
+    from skel.rewriter.base import RewriteOptions
+    from skel.rewriter.launch_search import rewrite
+
+    _, fs = mine(TILE_BY_ROLE)
+    hits = [dict(f.params) for f in fs if f.kernel == "dequant_kernel" and f.skeleton == "SK005"]
+    assert hits == [{"SPLIT_SIZE": 256}], hits
+    done = [r for r in rewrite(TILE_BY_ROLE, RewriteOptions(kernel="dequant_kernel", shape=(("n", 1 << 20),)))
+            if r.status == "applied"]
+    assert done and all("SPLIT_SIZE" in dict(r.params) for r in done), [r.reason for r in done]
+    assert all(", blocksize, SPLIT_SIZE" in r.source for r in done), "the caller's argument stays as it is"
+    assert all(re.search(r"SPLIT_SIZE = (?!256)\d+", r.source) for r in done), "the tile is set where the code decides it"

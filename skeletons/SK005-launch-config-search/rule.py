@@ -14,6 +14,7 @@ import re
 
 from skel.miner.detectors.base import Check, Ctx, Hit, no, yes
 from skel.miner.detectors.helpers import decorator_line, enclosing_function as _enclosing_function, indirect_launch, root_param
+from skel.miner.triton_launch import sizes_lanes
 from skel.rewriter.launch_search import MARKER
 from skel.rewriter.launch_search import rewrite as _launch_rewrite
 from skel.skeletons.rule import Rule, folder_code
@@ -44,22 +45,30 @@ def _int(v) -> int | None:
     return None
 
 
-def _fixed(site) -> dict:
+def _fixed(ctx: Ctx, site) -> dict:
     """The tunable launch choices at one site: warps, stages and tile sizes (literals or shape
-    expressions such as ``triton.next_power_of_2(K)``)."""
+    expressions such as ``triton.next_power_of_2(K)``). A tile is a constexpr named as one, or one
+    the grid divides a size by that also sizes a lane range (``SPLIT_SIZE``: ``sizes_lanes``)."""
     out = {}
     for key in ("num_warps", "num_stages"):
         v = getattr(site, key)
         if _int(v) is not None:
             out[key] = _int(v)
     for name, value in site.constexpr_values:
-        if not TILE.match(name):
+        if not (TILE.match(name) or (name in site.grid_divisors and _sizes_lanes(ctx, name))):
             continue
         if _int(value) is not None:
             out[name] = _int(value)
         elif isinstance(value, str) and re.fullmatch(r"[\w\.\(\), *+/-]+", value) and "|" not in value:
             out[name] = value
     return out
+
+
+def _sizes_lanes(ctx: Ctx, name: str) -> bool:
+    key = f"{CODE}:lanes"
+    if key not in ctx.cache:
+        ctx.cache[key] = "\n".join(ctx.text(ln) for ln in ctx.body)
+    return sizes_lanes(ctx.cache[key], name)
 
 
 def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
@@ -74,11 +83,13 @@ def _layout_tiles(ctx: Ctx, site) -> dict[str, str]:
     out = {}
     start = _enclosing_function(ctx, site.line)
     given = dict(site.constexpr_values)
-    for name in [k for k in _fixed(site) if k not in ("num_warps", "num_stages")]:
+    for name in [k for k in _fixed(ctx, site) if k not in ("num_warps", "num_stages")]:
         names = _derived(ctx, name, start or site.line, site.line)
         value = given.get(name)
-        if isinstance(value, str) and value.isidentifier() and value != name:  # BLOCK_SIZE=block_size
-            names |= _derived(ctx, value, start or site.line, site.line)
+        passed = dict(site.args).get(name, "").strip()  # the text at the launch (a resolved local is a number)
+        for text in {value, passed}:
+            if isinstance(text, str) and text.isidentifier() and text != name:  # BLOCK_SIZE=block_size
+                names |= _derived(ctx, text, start or site.line, site.line)
         hit = _first_allocation(ctx, names, start, site.line) if start is not None else None
         if hit:
             out[name] = f"line {hit}: {ctx.text(hit)}"
@@ -186,18 +197,51 @@ def _first_allocation(ctx: Ctx, names: set[str], lo: int, hi: int) -> int | None
     return best
 
 
+def _caller_tiles(ctx: Ctx, site) -> dict[str, str]:
+    """Tiles the launch passes straight from a parameter of the launching function
+    (``QUANT_BLOCK=blocksize`` in ``def dequantize(A, blocksize, ...)``): the caller decides them, and
+    a search that replaced the value would silently ignore the caller's argument (the rewrite keeps
+    them for the same reason)."""
+    start = _enclosing_function(ctx, site.line)
+    if start is None:
+        return {}
+    m = re.match(r"\s*(?:async\s+)?def\s+(\w+)\s*\((.*)\)", ctx.statement(start))
+    if not m:
+        return {}
+    params = set(re.findall(r"(?:^|,)\s*\**([A-Za-z_]\w*)", re.sub(r"\[[^\]]*\]|\([^()]*\)|=[^,]*", "", m.group(2))))
+    given = dict(site.constexpr_values)
+    args = dict(site.args)
+    body = range(start + 1, site.line)
+    out = {}
+    for name in _fixed(ctx, site):
+        text = str(args.get(name, given.get(name, ""))).strip()
+        chain = [text]
+        for _ in range(3):  # through plain aliases: CHUNK_LEN = chunk_size
+            if chain[-1] in params or not chain[-1].isidentifier():
+                break
+            alias = re.compile(rf"\s*{re.escape(chain[-1])}\s*=\s*([A-Za-z_]\w*)\s*(?:#.*)?$")
+            hits = [a.group(1) for ln in body if (a := alias.match(ctx.file.lines[ln - 1]))]
+            if len(hits) != 1:
+                break
+            chain.append(hits[0])
+        if chain[-1] in params:
+            via = f" through {' = '.join(chain[:-1])}" if len(chain) > 1 else ""
+            out[name] = f"{name}={text} is the caller's ({chain[-1]} is a parameter of {m.group(1)}, line {start}{via})"
+    return out
+
+
 def _free(ctx: Ctx, site) -> dict:
     cache = ctx.cache.setdefault(f"{CODE}:free", {})  # asked by a condition and by candidates
     if id(site) not in cache:  # the profile's own site objects: alive as long as the context
-        layout = _layout_tiles(ctx, site)
-        cache[id(site)] = {k: v for k, v in _fixed(site).items() if k not in layout}
+        held = {**_caller_tiles(ctx, site), **_layout_tiles(ctx, site)}
+        cache[id(site)] = {k: v for k, v in _fixed(ctx, site).items() if k not in held}
     return dict(cache[id(site)])
 
 
 def launch_has_tunable_constexpr(ctx: Ctx) -> Check:
     if not ctx.p.launches:
         return no("the kernel is not launched in this file, so its launch configuration is not visible")
-    rows = [(s, _fixed(s)) for s in ctx.p.launches if _fixed(s)]
+    rows = [(s, _fixed(ctx, s)) for s in ctx.p.launches if _fixed(ctx, s)]
     if not rows:
         return no("the launch passes no tile constexpr and no num_warps / num_stages")
     s, f = rows[0]
@@ -222,13 +266,16 @@ def not_autotuned(ctx: Ctx) -> Check:
 
 
 def tile_param_free_of_correctness_role(ctx: Ctx) -> Check:
-    rows = [(s, _free(ctx, s)) for s in ctx.p.launches if _fixed(s)]
+    rows = [(s, _free(ctx, s)) for s in ctx.p.launches if _fixed(ctx, s)]
     good = [(s, f) for s, f in rows if f]
     if not good:
         if rows:
             s = rows[0][0]
-            name, where = next(iter(_layout_tiles(ctx, s).items()))
-            return no(f"{name} sizes a buffer the caller allocates ({where})")
+            layout = _layout_tiles(ctx, s)
+            if layout:
+                name, where = next(iter(layout.items()))
+                return no(f"{name} sizes a buffer the caller allocates ({where})")
+            return no("; ".join(_caller_tiles(ctx, s).values()) + ": the caller decides them")
         return no("no tunable launch parameter")
     s, f = good[0]
     return yes(f"line {s.line}: {', '.join(f)} only partition work")
