@@ -18,6 +18,7 @@ from pathlib import Path
 
 from skel.harness.constraints import divisors
 from skel.harness.kernel_facts import KernelFacts, kernel_facts
+from skel.harness.inline import inline
 from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_extents, module_values, read_launcher
 from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, launcher_dim, names_in, read_shapes
@@ -136,7 +137,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     values_of = module_values(tree)
     lf = read_launcher(fn, params, values_of)  # every branch: which parameters are tensors at all
     launch = lf.launches[0]
-    kernel = kernels[launch.kernel]
+    kernel = inline(kernels[launch.kernel], kernels)  # read with its same-file jit helpers inlined
     st = State(lf, kernel_facts(kernel), _binding(lf, launch), grid=grid_extents(lf, launch))
     variants = tuple(variants)
     for _ in range(3):  # the judged path: read again with the values chosen, until its asserts ask nothing new
@@ -240,9 +241,9 @@ def _other_launches(st: State, kernels: dict[str, ast.FunctionDef], env: dict[st
         if launch.kernel in seen or launch.kernel not in kernels:
             continue
         seen.add(launch.kernel)
-        other = State(st.lf, kernel_facts(kernels[launch.kernel]), _binding(st.lf, launch),
-                      grid=grid_extents(st.lf, launch))
-        other.kf = kernel_facts(kernels[launch.kernel], _flags(other, kernels[launch.kernel], launch, env))
+        read = inline(kernels[launch.kernel], kernels)
+        other = State(st.lf, kernel_facts(read), _binding(st.lf, launch), grid=grid_extents(st.lf, launch))
+        other.kf = kernel_facts(read, _flags(other, read, launch, env))
         out.append(other)
     return out
 

@@ -32,6 +32,7 @@ STATIC: dict[str, frozenset[str]] = {
     "test_detectors.py": ALL,
     "test_empty_output.py": frozenset({"test_upstream_kda_wrapper_drops_its_zero_fill",
                                        "test_a_partial_writer_is_caught_by_the_poisoned_allocations"}),
+    "test_harness_inline.py": frozenset({"test_zero_config_gate_through_helpers"}),  # gate workers
     "test_harness_sizes.py": frozenset({"test_zero_config_gate_on_a_chunked_kernel",
                                         "test_zero_config_gate_on_a_moved_pointer",
                                         "test_zero_config_gate_on_a_mode_switch",
