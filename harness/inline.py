@@ -19,6 +19,7 @@ import ast
 import copy
 
 MAX_DEPTH = 3  # helpers calling helpers
+MAX_NODES = 4000  # a helper whose locals, written out, grow past this (x = a * a; y = x * x ...) stays a call
 
 
 def inline(fn: ast.FunctionDef, jit: dict[str, ast.FunctionDef]) -> ast.FunctionDef:
@@ -90,6 +91,7 @@ class _Inliner:
             return None
         inner = _Inliner({k: v for k, v in self.helpers.items() if k != h.name}, self.depth - 1) if self.depth > 1 else None
         result: ast.expr | None = ast.Constant(None)
+        mine: list[ast.stmt] = []  # this call's effects, handed over only when the whole body is inlined
         for s in h.body:
             if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
                 continue  # docstring
@@ -98,11 +100,13 @@ class _Inliner:
             value = getattr(s, "value", None)
             sub = _substitute(value, env, line) if value is not None else None
             if sub is not None and inner is not None:
-                sub = _Calls(inner, effects, line).visit(sub)
+                sub = _Calls(inner, mine, line).visit(sub)
+            if sub is not None and sum(1 for _ in ast.walk(sub)) > MAX_NODES:
+                return None
             if isinstance(s, ast.Return):
                 result = sub if sub is not None else ast.Constant(None)
             elif isinstance(s, ast.Expr):
-                effects.append(ast.copy_location(ast.Expr(sub), _at(line)))
+                mine.append(ast.copy_location(ast.Expr(sub), _at(line)))
             elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
                 old = env.get(s.target.id, ast.Name(s.target.id, ast.Load()))
                 env[s.target.id] = ast.copy_location(ast.BinOp(old, s.op, sub), _at(line))
@@ -110,6 +114,7 @@ class _Inliner:
                 targets = s.targets if isinstance(s, ast.Assign) else [s.target]
                 for t in targets:
                     _bind(t, sub, env)
+        effects.extend(mine)
         return result
 
 

@@ -103,3 +103,11 @@ def test_zero_config_gate_through_helpers(mutant, tmp_path, monkeypatch):
     r = _judge(tmp_path, monkeypatch, HELPERS, "gated_norm", "gated_norm", "float32", mutation)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
+
+
+def test_a_helper_that_would_grow_without_bound_stays_a_call():
+    """``y = x * x`` forty times over: written out, the value doubles at each line; the helper stays a call."""
+    body = "\n".join(["    y0 = tl.load(p)"] + [f"    y{i + 1} = y{i} * y{i}" for i in range(40)] + ["    return y40"])
+    jit = {name: fn for fn in ast.parse(f"def grow(p):\n{body}\n\ndef k(p):\n    return grow(p)\n").body
+           for name in [fn.name]}
+    assert "grow(" in ast.unparse(inline(jit["k"], jit))
