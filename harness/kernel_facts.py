@@ -26,6 +26,9 @@ class PointerUse:
     stored: bool
     address: Poly | None  # offset from the parameter, in kernel names and roots (None: not read)
     regime: str = ""  # "log-decay", "positive" or "" (what the loaded values flow into)
+    # the addresses of its other loads and stores where they differ from ``address`` (``lse + base`` then
+    # ``lse + base + i * stride_n`` in a loop): an axis only a later access moves along is read off them
+    more: tuple[Poly, ...] = ()
 
     def size_factors(self, roots: frozenset[str]) -> frozenset[str]:
         return frozenset(f for m, _ in (self.address.terms if self.address else ()) for f in m if f not in roots)
@@ -343,7 +346,13 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
             if all(all(not m for m, _ in o.terms) for o in offsets):
                 address = Poly.const(max(sum(c for _, c in o.terms) for o in offsets))
         regime = transforms.get(param) or _regime(fn, param, ex)
-        pointers[param] = PointerUse(param, param in loads, param in stores, address, regime)
+        more: list[Poly] = []
+        for call in calls[1:]:
+            other = ex.masked(_reverse_walks(ex.at(call.args[0], call.lineno) - Poly.atom(param)
+                                             + _loop_steps(fn, param, ex)))
+            if other != address and other not in more:
+                more.append(other)
+        pointers[param] = PointerUse(param, param in loads, param in stores, address, regime, tuple(more))
         for m, _ in address.terms:
             for f in m:
                 src = KernelFacts.loaded_from(f)

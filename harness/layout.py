@@ -78,8 +78,9 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
         if shape is None:
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
-                f"and its address in {st.kf.name} ({polys.get(t, 'not indexed')}) does not determine it; "
-                f"write it in a spec (skel harness -o spec.py, then edit)")
+                f"and its address in {st.kf.name} ({polys.get(t, 'not indexed')}) does not determine it"
+                f"{' (' + st.why[t] + ')' if t in st.why else ''}; write it in a spec (skel harness -o spec.py,"
+                " then edit)")
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)
@@ -196,6 +197,23 @@ def _launcher_polys(st: State, known: dict[str, tuple[str, ...]]) -> dict[str, P
     return polys
 
 
+def _more_polys(st: State, tensor: str, known: dict[str, tuple[str, ...]]) -> list[Poly]:
+    """The addresses of ``tensor``'s other loads and stores (``PointerUse.more``), renamed like its first."""
+    rename = dict(st.binding)
+    spans = grid_roots(st)
+    out: list[Poly] = []
+    for kparam, use in st.kf.pointers.items():
+        expr = st.binding.get(kparam)
+        if expr is None or st.lf.aliases.get(expr, expr) != tensor:
+            continue
+        for address in (use.address, *use.more) if use.address is not None else ():
+            poly = address.rename({r: spans.get(r) or _rename_root(r, rename) for m, _ in address.terms for r in m})
+            poly = _expand_strides(poly, known, st.lf.aliases)
+            if poly not in out:
+                out.append(poly)
+    return out
+
+
 def grid_roots(st: State) -> dict[str, str]:
     """Program ids over a grid axis of one launcher dim (``grid = (cdiv(T, BT), H)``: pid1 spans [0, H)),
     and the parts of one split over an axis of two (``i_n, i_h = pid // H, pid % H`` on an axis of
@@ -286,12 +304,12 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     lead = [m for m, _ in poly.terms if any(f.startswith(own) for f in m)]
     inner = Poly.of({m: c for m, c in poly.terms if not any(f.startswith(own) for f in m)})
     if len(lead) > 1:
-        return None
+        return _strided_axes(st, tensor, polys, known, dims)
     prefix: list[str] = []
     if lead:
         roots = tuple(f for f in lead[0] if not f.startswith(own))
         if len(roots) != 1:
-            return None
+            return _strided_axes(st, tensor, polys, known, dims)
         src = KernelFacts.loaded_from(roots[0])
         if src:  # a slot index into a pool: the leading dim is the pool's
             prefix = [POOL]
@@ -299,7 +317,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         else:
             span = _span(st, tensor, roots, True, polys, known, dims)
             if not span:
-                return None
+                return _strided_axes(st, tensor, polys, known, dims)
             prefix = list(span)
         if not inner.terms:
             st.notes.append(f"'{tensor}' {prefix}: read off its strides in {st.kf.name}")
@@ -312,7 +330,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         if shape is None:  # size, an index scaled by a chunk size (i_t * BT)
             shape = _chain_of_axes(st, tensor, terms, polys, known, dims, loops, chunks)
     if shape is None:
-        return None
+        return _strided_axes(st, tensor, polys, known, dims)
     shape = prefix + shape
     st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
     return tuple(shape)
@@ -552,4 +570,120 @@ def _axis_after(stride: Counter, shape: tuple[str, ...]) -> int | None:
     for axis in range(len(shape)):
         if Counter(d for d in shape[axis + 1:] if not d.isdigit()) == stride:
             return axis + 1
+    return None
+
+
+def _passed_strides(st: State, tensor: str) -> set[int]:
+    """The axes ``i`` of the ``tensor.stride(i)`` the launcher passes to the judged kernel."""
+    out: set[int] = set()
+    for expr in st.binding.values():
+        name, _, rest = expr.partition(".stride(")
+        if rest.endswith(")") and rest[:-1].lstrip("-").isdigit() and st.lf.aliases.get(name, name) == tensor:
+            out.add(int(rest[:-1]))
+    return out
+
+
+def _strided_axes(st: State, tensor: str, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+                  dims: set[str]) -> tuple[str, ...] | None:
+    """A tensor whose axes the kernel addresses through the launcher's ``tensor.stride(i)``, in any of its
+    loads and stores (``lse + b*stride_lb + h*stride_lh``, then ``+ i*stride_ln`` in a loop over N): axis
+    i spans the extent of the index its stride scales (a masked offset, a loop or program id over a dim, a
+    value loaded from a slot index: a pool of ``POOL``), a unit-stride index is the innermost axis, and an
+    axis whose stride the launcher passes but no address moves along is read at index 0 only: the
+    launcher's own dim for it where it reads one, else 1. Where an axis's index has no extent the code
+    shows, the reason is kept for the refusal (``st.why``)."""
+    own = f"{tensor}.stride("
+    axes: dict[int | None, str] = {}  # stride axis (None: unit stride) -> dim
+    unknown: dict[int | None, str] = {}  # axis -> an index of unknown extent moving along it
+    consts: set[int | None] = set()
+    addresses = _more_polys(st, tensor, known)
+    numbers = {f[len(own):-1] for a in addresses for m, _ in a.terms for f in m if f.startswith(own)}
+    numbers |= {str(a) for a in _passed_strides(st, tensor)}
+    if not numbers or not all(n.lstrip("-").isdigit() for n in numbers):
+        return None
+    shift = 0
+    if all(n.startswith("-") for n in numbers):  # x.stride(-2) with a unit-stride last axis: from the end
+        shift = max(-int(n) for n in numbers)
+    elif any(n.startswith("-") for n in numbers):
+        return None
+    for address in addresses:
+        for m, c in address.terms:
+            strides = [f[len(own):-1] for f in m if f.startswith(own)]
+            roots = tuple(f for f in m if not f.startswith(own))
+            if len(strides) > 1:
+                return None
+            axis = int(strides[0]) + shift if strides else None
+            if not roots:
+                consts.add(axis)
+                continue
+            part = _axis_extent(st, tensor, roots, axis, polys, known, dims)
+            if c != 1 or part is None or len(part) != 1:
+                unknown.setdefault(axis, "*".join(roots))
+                continue
+            if axes.get(axis, part[0]) != part[0]:
+                return None
+            axes[axis] = part[0]
+    used = {a for a in (*axes, *unknown, *consts) if a is not None}
+    unit = None in axes or None in unknown
+    if not used or (None in consts and not unit):
+        return None
+    passed = {a + shift for a in _passed_strides(st, tensor)}
+    top = max(used | passed)
+    rank = top + 1 + (1 if unit and top in used else 0)
+    shape: list[str] = []
+    launcher_axes = st.lf.axes.get(tensor, {})
+    for i in range(rank):
+        key = None if unit and i == rank - 1 else i
+        if key in axes:
+            shape.append(axes[key])
+        elif key in unknown:
+            where = "unit stride" if key is None else f"{tensor}.stride({key})"
+            st.why[tensor] = (f"axis {i} of '{tensor}' is indexed (through {where}) by {unknown[key]}, whose extent"
+                              " the code does not show")
+            return None
+        elif key in consts:
+            return None  # a fixed element along an axis no index spans: no extent to read
+        elif (dim := launcher_axes.get(i) or launcher_axes.get(i - rank)) is not None:
+            shape.append(dim)
+        else:
+            shape.append("1")
+            st.notes.append(f"'{tensor}': {st.kf.name} never moves along axis {i} (its stride is passed, no index"
+                            " scales it): only index 0 is read, taken as 1")
+    if POOL in shape[1:]:
+        return None
+    if POOL in shape:
+        st.notes.append(f"'{tensor}' is a pool indexed by slot values: leading dim {POOL}")
+    st.notes.append(f"'{tensor}' {shape}: {st.kf.name} indexes its axes through the strides the launcher passes")
+    return tuple(shape)
+
+
+def _axis_extent(st: State, tensor: str, roots: tuple[str, ...], axis: int | None, polys: dict[str, Poly],
+                 known: dict[str, tuple[str, ...]], dims: set[str]) -> list[str] | None:
+    """The extent of an index moving along one axis of a strided tensor: what ``_known_part`` reads, a
+    masked offset or ``arange`` over a literal size (``arange(0, 512)``, ``HEAD_DIM=128``), a slot loaded
+    from another tensor on the leading axis (``POOL``), a program id alone over a grid axis the launcher
+    counts from a tensor (a row dim of its own, as ``_rows`` names it)."""
+    if len(roots) != 1:
+        return None
+    root = roots[0]
+    part = _known_part(st, tensor, roots, False, False, polys, known, dims)
+    if part is not None:
+        return part
+    if KernelFacts.loaded_from(root):
+        return [POOL] if axis == 0 else None  # a slot index into a pool: the leading dim is the pool's
+    bound = KernelFacts.root_bound(root)
+    if bound is None and root.startswith("arange(") and root.endswith(")"):
+        bound = st.binding.get(root[7:-1], root[7:-1])
+    if bound is not None and bound.isdigit() and int(bound) > 0:
+        return [bound]
+    if root.startswith("pid") and root[3:].isdigit():
+        k = int(root[3:])
+        if k < len(st.grid) and st.grid[k]:
+            return None  # a grid axis over dims, which _known_part reads: not one program per row
+        if root not in st.rows:
+            taken = dims | set(st.rows.values())
+            st.rows[root] = next(n for n in ("N", "R", "N_rows", "ROWS") if n not in taken)
+        st.notes.append(f"'{tensor}': one row per program of grid axis {k}, which the launcher counts from a"
+                        f" tensor (not a dim): rows taken as a dim of their own, {st.rows[root]}")
+        return [st.rows[root]]
     return None

@@ -1,0 +1,155 @@
+"""Layouts read off strides the launcher passes as int arguments (``x.stride(0), x.stride(1)`` bound to
+``stride_xb, stride_xh``), as serving stacks write their kernels: the launcher never unpacks the tensor,
+the kernel moves along each axis through its stride by an index of known extent.
+
+- combine: an axis that only a later access moves along (``lse + b*stride_lb + h*stride_lh`` first, then
+  ``+ i*stride_ln`` in a loop over N), its stride-0 term absent from the first address: [N, B, H].
+- pool: a buffer indexed by a slot loaded from another tensor times its slot stride, plus a head stride
+  and a unit-stride column: [POOL, H, D], the slots distinct indices into it.
+- unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
+  refusal names the axis and the index.
+Kernels of our own; the gate judges the first two with the inferred harness.
+"""
+from __future__ import annotations
+
+import pytest
+
+from skel.harness.infer import infer
+from skel.harness.state import HarnessError
+from test_harness_run import _judge
+
+COMBINE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _combine_kernel(parts_ptr, lse_ptr, out_ptr,
+                    stride_pn, stride_pb, stride_ph, stride_pd,
+                    stride_ln, stride_lb, stride_lh,
+                    stride_ob, stride_oh,
+                    N: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    base = b * stride_lb + h * stride_lh
+    m = tl.load(lse_ptr + base).to(tl.float32)
+    for i in tl.static_range(1, N):
+        m = tl.maximum(m, tl.load(lse_ptr + base + i * stride_ln).to(tl.float32))
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    s = 0.0
+    for i in tl.static_range(N):
+        w = tl.exp(tl.load(lse_ptr + base + i * stride_ln).to(tl.float32) - m)
+        p = tl.load(parts_ptr + i * stride_pn + b * stride_pb + h * stride_ph + offs_d * stride_pd,
+                    mask=mask_d, other=0.0)
+        acc += p.to(tl.float32) * w
+        s += w
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_d, (acc / s).to(out_ptr.dtype.element_ty), mask=mask_d)
+
+
+def combine(parts: torch.Tensor, lse: torch.Tensor):
+    N, B, H, D = parts.shape
+    out = torch.empty((B, H, D), device=parts.device, dtype=parts.dtype)
+    _combine_kernel[(B, H)](
+        parts, lse, out,
+        parts.stride(0), parts.stride(1), parts.stride(2), parts.stride(3),
+        lse.stride(0), lse.stride(1), lse.stride(2),
+        out.stride(0), out.stride(1),
+        N=N, D=D, BLOCK_D=triton.next_power_of_2(D),
+    )
+    return out
+'''
+
+POOL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_kv_kernel(kv_ptr, loc_ptr, out_ptr, stride_kv_s, stride_kv_h, stride_o_t, stride_o_h,
+                      D: tl.constexpr, BLOCK_D: tl.constexpr):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    slot = tl.load(loc_ptr + t).to(tl.int64)
+    offs = tl.arange(0, BLOCK_D)
+    m = offs < D
+    v = tl.load(kv_ptr + slot * stride_kv_s + h * stride_kv_h + offs, mask=m, other=0.0)
+    tl.store(out_ptr + t * stride_o_t + h * stride_o_h + offs, v * 2.0, mask=m)
+
+
+def gather_kv(kv_buffer: torch.Tensor, loc: torch.Tensor, out: torch.Tensor):
+    T, H, D = out.shape
+    kv_stride_s = kv_buffer.stride(0)
+    _gather_kv_kernel[(T, H)](
+        kv_buffer, loc, out,
+        kv_stride_s, kv_buffer.stride(1), out.stride(0), out.stride(1),
+        D=D, BLOCK_D=triton.next_power_of_2(D),
+    )
+    return out
+'''
+
+UNKNOWN = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_kernel(q_ptr, o_ptr, stride_qb, stride_qh, tiles_per_batch, D: tl.constexpr):
+    tile = tl.program_id(0)
+    h = tl.program_id(1)
+    offs = tl.arange(0, D)
+    x = tl.load(q_ptr + (tile // tiles_per_batch) * stride_qb + h * stride_qh + offs)
+    tl.store(o_ptr + tile, tl.sum(x))
+
+
+def tile_sum(q: torch.Tensor, o: torch.Tensor, heads: int, tiles_per_batch: int, D: int = 64):
+    _tile_kernel[(o.shape[0], heads)](q, o, q.stride(0), q.stride(1), tiles_per_batch, D=D)
+    return o
+'''
+
+
+def _shapes(h):
+    return {t.name: t.dims for t in h.tensors}
+
+
+def _infer(tmp_path, source, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return infer(path, source)
+
+
+def test_an_axis_only_a_later_access_moves_along(tmp_path):
+    h = _infer(tmp_path, COMBINE, "combine")
+    assert _shapes(h) == {"parts": ("N", "B", "H", "D"), "lse": ("N", "B", "H")}
+
+
+def test_a_pool_indexed_by_slots_through_its_strides(tmp_path):
+    h = _infer(tmp_path, POOL, "gather_kv")
+    assert _shapes(h)["kv_buffer"] == ("POOL", "H", "D")
+    assert next(t for t in h.tensors if t.name == "loc").values.startswith("slots")
+
+
+def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
+    with pytest.raises(HarnessError) as exc:
+        _infer(tmp_path, UNKNOWN, "tile_sum")
+    assert "axis 0 of 'q'" in str(exc.value) and "tiles_per_batch" in str(exc.value)
+
+
+@pytest.mark.parametrize("mutant", [None, "dropped term"])
+def test_zero_config_gate_on_an_axis_only_a_loop_moves_along(mutant, tmp_path, monkeypatch):
+    mutation = ("    for i in tl.static_range(N):", "    for i in tl.static_range(N - 1):")  # a shard dropped
+    r = _judge(tmp_path, monkeypatch, COMBINE, "combine", "combine", "float32", mutation if mutant else None)
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
+
+
+@pytest.mark.parametrize("mutant", [None, "wrong index"])
+def test_zero_config_gate_on_a_pool_through_its_strides(mutant, tmp_path, monkeypatch):
+    mutation = ("h * stride_kv_h + offs, mask=m", "h * stride_kv_h + (offs // 2) * 2, mask=m")
+    r = _judge(tmp_path, monkeypatch, POOL, "gather_kv", "gather_kv", "float32", mutation if mutant else None)
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
