@@ -189,6 +189,12 @@ class _Reader(ast.NodeVisitor):
         elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
             for t, v in zip(target.elts, value.elts):
                 self._local(t, v)
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and not value.args \
+                and isinstance(value.func, ast.Attribute) and value.func.attr == "stride":
+            for i, t in enumerate(target.elts):  # s_b, s_h, s_d = x.stride(): s_h is x.stride(1)
+                if isinstance(t, ast.Name):
+                    self.f.exprs[t.id] = ast.Call(ast.Attribute(value.func.value, "stride", ast.Load()),
+                                                  [ast.Constant(i)], [])
 
     def _assign(self, target: ast.AST, value: ast.AST) -> None:
         src = _shape_source(value, self.shapes)

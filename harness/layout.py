@@ -674,6 +674,8 @@ def _axis_extent(st: State, tensor: str, roots: tuple[str, ...], axis: int | Non
     bound = KernelFacts.root_bound(root)
     if bound is None and root.startswith("arange(") and root.endswith(")"):
         bound = st.binding.get(root[7:-1], root[7:-1])
+    if bound is None and root.startswith("loop:"):
+        bound = root[5:]  # a loop to a literal (``for t in range(4)``, or a local the launcher sets to one)
     if bound is not None and bound.isdigit() and int(bound) > 0:
         return [bound]
     if root.startswith("pid") and root[3:].isdigit():

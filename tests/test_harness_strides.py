@@ -6,6 +6,8 @@ the kernel moves along each axis through its stride by an index of known extent.
   ``+ i*stride_ln`` in a loop over N), its stride-0 term absent from the first address: [N, B, H].
 - pool: a buffer indexed by a slot loaded from another tensor times its slot stride, plus a head stride
   and a unit-stride column: [POOL, H, D], the slots distinct indices into it.
+- unpacked: ``s_b, s_d, s_t = state.stride()`` (each name that axis's stride), the last axis walked by a
+  loop to a local the launcher sets to a literal: [batch, dim, 4].
 - unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
   refusal names the axis and the index.
 Kernels of our own; the gate judges the first two with the inferred harness.
@@ -91,6 +93,33 @@ def gather_kv(kv_buffer: torch.Tensor, loc: torch.Tensor, out: torch.Tensor):
     return out
 '''
 
+UNPACKED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _state_update_kernel(state_ptr, x_ptr, stride_sb, stride_sd, stride_st, dim, state_len,
+                         BLOCK: tl.constexpr):
+    b = tl.program_id(0)
+    d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = d < dim
+    for t in range(state_len):
+        v = tl.load(state_ptr + b * stride_sb + d * stride_sd + t * stride_st, mask=m, other=0.0)
+        v = v * 0.5 + tl.load(x_ptr + b * dim + d, mask=m, other=0.0)
+        tl.store(state_ptr + b * stride_sb + d * stride_sd + t * stride_st, v, mask=m)
+
+
+def state_update(x: torch.Tensor, state: torch.Tensor):
+    batch, dim = x.shape
+    state_len = 4
+    stride_sb, stride_sd, stride_st = state.stride()
+    _state_update_kernel[(batch, triton.cdiv(dim, 64))](state, x, stride_sb, stride_sd, stride_st, dim, state_len,
+                                                        BLOCK=64)
+    return state
+'''
+
 UNKNOWN = '''
 import torch
 import triton
@@ -133,6 +162,11 @@ def test_a_pool_indexed_by_slots_through_its_strides(tmp_path):
     assert next(t for t in h.tensors if t.name == "loc").values.startswith("slots")
 
 
+def test_strides_unpacked_from_stride_and_a_literal_loop(tmp_path):
+    h = _infer(tmp_path, UNPACKED, "state_update")
+    assert _shapes(h) == {"x": ("batch", "dim"), "state": ("batch", "dim", "4")}
+
+
 def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
     with pytest.raises(HarnessError) as exc:
         _infer(tmp_path, UNKNOWN, "tile_sum")
@@ -151,5 +185,13 @@ def test_zero_config_gate_on_an_axis_only_a_loop_moves_along(mutant, tmp_path, m
 def test_zero_config_gate_on_a_pool_through_its_strides(mutant, tmp_path, monkeypatch):
     mutation = ("h * stride_kv_h + offs, mask=m", "h * stride_kv_h + (offs // 2) * 2, mask=m")
     r = _judge(tmp_path, monkeypatch, POOL, "gather_kv", "gather_kv", "float32", mutation if mutant else None)
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
+
+
+@pytest.mark.parametrize("mutant", [None, "off-by-one mask"])
+def test_zero_config_gate_on_strides_unpacked_from_stride(mutant, tmp_path, monkeypatch):
+    mutation = ("    m = d < dim\n", "    m = d < dim - 1\n")
+    r = _judge(tmp_path, monkeypatch, UNPACKED, "state_update", "state_update", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
