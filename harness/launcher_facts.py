@@ -107,7 +107,11 @@ def launcher_params(fn: ast.FunctionDef) -> tuple[Param, ...]:
 
 
 def _shape_source(node: ast.AST, shapes: dict[str, str]) -> tuple[str, slice | int | None] | None:
-    """``x.shape`` -> (x, None); ``x.shape[i]`` / ``x.size(i)`` -> (x, i); ``x.shape[a:b]`` -> (x, slice)."""
+    """``x.shape`` -> (x, None); ``x.shape[i]`` / ``x.size(i)`` -> (x, i); ``x.shape[a:b]`` -> (x, slice);
+    ``int(x.shape[i])`` (a graph-safe launcher's Python int) as ``x.shape[i]``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int" \
+            and len(node.args) == 1 and not node.keywords:
+        return _shape_source(node.args[0], shapes)
     if isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(node.value, ast.Name):
         return node.value.id, None
     if isinstance(node, ast.Name) and node.id in shapes:

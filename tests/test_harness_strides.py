@@ -8,6 +8,7 @@ the kernel moves along each axis through its stride by an index of known extent.
   and a unit-stride column: [POOL, H, D], the slots distinct indices into it.
 - unpacked: ``s_b, s_d, s_t = state.stride()`` (each name that axis's stride), the last axis walked by a
   loop to a local the launcher sets to a literal: [batch, dim, 4].
+- graph-safe ints: ``hidden = int(x.shape[1])`` names a dim as ``x.shape[1]`` does.
 - unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
   refusal names the axis and the index.
 Kernels of our own; the gate judges the first two with the inferred harness.
@@ -120,6 +121,30 @@ def state_update(x: torch.Tensor, state: torch.Tensor):
     return state
 '''
 
+INT_DIMS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_scale_kernel(out_ptr, x_ptr, w_ptr, stride_x, hidden, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < hidden
+    x = tl.load(x_ptr + row * stride_x + offs, mask=m, other=0.0)
+    w = tl.load(w_ptr + offs, mask=m, other=0.0)
+    tl.store(out_ptr + row * hidden + offs, x * w, mask=m)
+
+
+def row_scale(x: torch.Tensor, w: torch.Tensor):
+    rows = int(x.shape[0])
+    hidden = int(x.shape[1])
+    out = torch.empty((rows, hidden), device=x.device, dtype=x.dtype)
+    _row_scale_kernel[(rows,)](out, x, w, x.stride(0), hidden, BLOCK=triton.next_power_of_2(hidden))
+    return out
+'''
+
 UNKNOWN = '''
 import torch
 import triton
@@ -165,6 +190,11 @@ def test_a_pool_indexed_by_slots_through_its_strides(tmp_path):
 def test_strides_unpacked_from_stride_and_a_literal_loop(tmp_path):
     h = _infer(tmp_path, UNPACKED, "state_update")
     assert _shapes(h) == {"x": ("batch", "dim"), "state": ("batch", "dim", "4")}
+
+
+def test_dims_read_through_int(tmp_path):
+    h = _infer(tmp_path, INT_DIMS, "row_scale")
+    assert _shapes(h) == {"x": ("rows", "hidden"), "w": ("hidden",)}
 
 
 def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
