@@ -590,10 +590,15 @@ def grid_extents(lf: LauncherFacts, launch: Launch) -> tuple[tuple[str, ...] | N
     ``(None, ("H", "N"))`` when NV is no dim), or None where it is not a product of dims (a tile count
     such as ``cdiv(T, BT)``). A grid named by a local tuple, a lambda or a nested ``def grid(meta)``
     is read through its name."""
+    return tuple(_dim_product(lf, axis) for axis in grid_axes(lf, launch))
+
+
+def grid_axes(lf: LauncherFacts, launch: Launch) -> list[ast.AST]:
+    """The expressions of ``launch``'s grid axes (through a local tuple, a lambda or ``def grid(meta)``)."""
     try:
         node = ast.parse(launch.grid, mode="eval").body
     except SyntaxError:
-        return ()
+        return []
     for _ in range(3):
         if isinstance(node, ast.Name) and node.id in lf.grid_fns:
             node = lf.grid_fns[node.id]
@@ -603,8 +608,7 @@ def grid_extents(lf: LauncherFacts, launch: Launch) -> tuple[tuple[str, ...] | N
             node = node.body
         else:
             break
-    axes = node.elts if isinstance(node, ast.Tuple) else [node]
-    return tuple(_dim_product(lf, axis) for axis in axes)
+    return list(node.elts) if isinstance(node, ast.Tuple) else [node]
 
 
 def _dim_product(lf: LauncherFacts, node: ast.AST) -> tuple[str, ...] | None:

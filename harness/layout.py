@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts
+from skel.harness.launcher_facts import grid_axes
 from skel.harness.poly import Poly
 from skel.harness.sizes import resolve_sizes
 from skel.harness.state import POOL, HarnessError, State
@@ -682,6 +683,13 @@ def _axis_extent(st: State, tensor: str, roots: tuple[str, ...], axis: int | Non
         k = int(root[3:])
         if k < len(st.grid) and st.grid[k]:
             return None  # a grid axis over dims, which _known_part reads: not one program per row
+        count = _grid_count(st, k)
+        if count is not None:
+            st.free.add(count)
+            st.rows[root] = count
+            st.notes.append(f"'{tensor}': one row per program of grid axis {k}, which the launcher sizes by its"
+                            f" int argument '{count}': a dim of that name, passed as it")
+            return [count]
         if root not in st.rows:
             taken = dims | set(st.rows.values())
             st.rows[root] = next(n for n in ("N", "R", "N_rows", "ROWS") if n not in taken)
@@ -689,3 +697,18 @@ def _axis_extent(st: State, tensor: str, roots: tuple[str, ...], axis: int | Non
                         f" tensor (not a dim): rows taken as a dim of their own, {st.rows[root]}")
         return [st.rows[root]]
     return None
+
+
+def _grid_count(st: State, axis: int) -> str | None:
+    """The required int argument of the launcher a grid axis is (``grid = (bs, num_heads)``), if it is one."""
+    launch = next((l for l in st.lf.launches if l.kernel == st.kf.name), None)
+    axes = grid_axes(st.lf, launch) if launch is not None else []
+    node = axes[axis] if axis < len(axes) else None
+    if not isinstance(node, ast.Name):
+        return None
+    name = st.lf.aliases.get(node.id, node.id)
+    p = st.lf.param(name)
+    if p is None or p.has_default or p.optional or "Tensor" in p.annotation or name in st.lf.used_as_tensor \
+            or p.annotation not in ("", "int"):
+        return None
+    return name

@@ -9,6 +9,9 @@ the kernel moves along each axis through its stride by an index of known extent.
 - unpacked: ``s_b, s_d, s_t = state.stride()`` (each name that axis's stride), the last axis walked by a
   loop to a local the launcher sets to a literal: [batch, dim, 4].
 - graph-safe ints: ``hidden = int(x.shape[1])`` names a dim as ``x.shape[1]`` does.
+- grid counts: ``grid = (bs, num_heads, s_q)`` of required int arguments, each axis of ``scores`` moved
+  along by one program id alone: those arguments are its dims, passed as the dims' values (the launcher
+  asserts ``scores.shape[1] == num_heads``).
 - unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
   refusal names the axis and the index.
 Kernels of our own; the gate judges the first two with the inferred harness.
@@ -145,6 +148,36 @@ def row_scale(x: torch.Tensor, w: torch.Tensor):
     return out
 '''
 
+GRID_COUNTS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _window_mask_kernel(scores_ptr, scale_ptr, stride_sb, stride_sh, stride_sq, window, width,
+                        BLOCK: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    q = tl.program_id(2)
+    offs = tl.arange(0, BLOCK)
+    m = offs < width
+    s = tl.load(scale_ptr + b)
+    p = scores_ptr + b * stride_sb + h * stride_sh + q * stride_sq + offs
+    x = tl.load(p, mask=m, other=0.0)
+    tl.store(p, tl.where(offs < window, x * s + q, x), mask=m)
+
+
+def window_mask(scores: torch.Tensor, scale: torch.Tensor, bs: int, num_heads: int, s_q: int, window: int = 8):
+    assert scores.shape[0] == bs and scores.shape[1] == num_heads and scores.shape[2] == s_q
+    width = scores.shape[3]
+    _window_mask_kernel[(bs, num_heads, s_q)](
+        scores, scale, scores.stride(0), scores.stride(1), scores.stride(2), window, width,
+        BLOCK=triton.next_power_of_2(width),
+    )
+    return scores
+'''
+
 UNKNOWN = '''
 import torch
 import triton
@@ -197,6 +230,13 @@ def test_dims_read_through_int(tmp_path):
     assert _shapes(h) == {"x": ("rows", "hidden"), "w": ("hidden",)}
 
 
+def test_program_ids_over_int_arguments_are_those_dims(tmp_path):
+    h = _infer(tmp_path, GRID_COUNTS, "window_mask")
+    assert _shapes(h)["scores"] == ("bs", "num_heads", "s_q", "width")
+    assert {v.name: v.code for v in h.values}["num_heads"] == "num_heads"
+    assert next(d for d in h.dims if d.name == "num_heads").role != "tile"
+
+
 def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
     with pytest.raises(HarnessError) as exc:
         _infer(tmp_path, UNKNOWN, "tile_sum")
@@ -223,5 +263,13 @@ def test_zero_config_gate_on_a_pool_through_its_strides(mutant, tmp_path, monkey
 def test_zero_config_gate_on_strides_unpacked_from_stride(mutant, tmp_path, monkeypatch):
     mutation = ("    m = d < dim\n", "    m = d < dim - 1\n")
     r = _judge(tmp_path, monkeypatch, UNPACKED, "state_update", "state_update", "float32", mutation if mutant else None)
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
+
+
+@pytest.mark.parametrize("mutant", [None, "wrong index"])
+def test_zero_config_gate_on_program_ids_over_int_arguments(mutant, tmp_path, monkeypatch):
+    mutation = ("x * s + q, x)", "x * s + h, x)")
+    r = _judge(tmp_path, monkeypatch, GRID_COUNTS, "window_mask", "window_mask", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
