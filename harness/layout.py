@@ -298,6 +298,15 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
         return (size,)
     own_axes = _own_strides(st, tensor, poly, polys, known, dims)
+    if own_axes and (any(not m for a in _more_polys(st, tensor, known) for m, _ in a.terms)
+                     or st.lf.ranks.get(tensor, len(own_axes)) != len(own_axes)):
+        # another access reads fixed elements past the first (``w + d*stride_d + 1``, ``+ 2``): the
+        # layout over every access
+        notes = list(st.notes)
+        wider = _strided_axes(st, tensor, polys, known, dims)
+        if wider is not None:
+            return wider
+        st.notes[:] = notes
     if own_axes:
         st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
         return own_axes
@@ -597,6 +606,7 @@ def _strided_axes(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     axes: dict[int | None, str] = {}  # stride axis (None: unit stride) -> dim
     unknown: dict[int | None, str] = {}  # axis -> an index of unknown extent moving along it
     consts: set[int | None] = set()
+    fixed: dict[int | None, int] = {}  # axis -> the last fixed element read along it (``+ 2``, ``+ stride_w``)
     addresses = _more_polys(st, tensor, known)
     numbers = {f[len(own):-1] for a in addresses for m, _ in a.terms for f in m if f.startswith(own)}
     numbers |= {str(a) for a in _passed_strides(st, tensor)}
@@ -616,21 +626,33 @@ def _strided_axes(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
             axis = int(strides[0]) + shift if strides else None
             if not roots:
                 consts.add(axis)
+                fixed[axis] = max(fixed.get(axis, 0), c)
                 continue
             part = _axis_extent(st, tensor, roots, axis, polys, known, dims)
             if c != 1 or part is None or len(part) != 1:
                 unknown.setdefault(axis, "*".join(roots))
                 continue
             if axes.get(axis, part[0]) != part[0]:
+                where = "its unit stride" if axis is None else f"{tensor}.stride({axis})"
+                st.why[tensor] = (f"indices over {axes[axis]} and {part[0]} both move along {where}: an axis"
+                                  " of several parts (concatenated?), which a shape of dims cannot say")
                 return None
             axes[axis] = part[0]
     used = {a for a in (*axes, *unknown, *consts) if a is not None}
     unit = None in axes or None in unknown
-    if not used or (None in consts and not unit):
+    if not used:
         return None
+    if None in consts and not unit:  # fixed elements only (w + d*stride_d + 1, + 2): an axis of them
+        if fixed[None] <= 0:
+            return None
+        axes[None], unit = str(fixed[None] + 1), True
     passed = {a + shift for a in _passed_strides(st, tensor)}
     top = max(used | passed)
     rank = top + 1 + (1 if unit and top in used else 0)
+    asserted = st.lf.ranks.get(tensor)
+    pad = asserted - rank if asserted and unit and asserted > rank else 0  # axes before the unit-stride one
+    if asserted and asserted < rank:
+        return None
     shape: list[str] = []
     launcher_axes = st.lf.axes.get(tensor, {})
     for i in range(rank):
@@ -642,14 +664,21 @@ def _strided_axes(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
             st.why[tensor] = (f"axis {i} of '{tensor}' is indexed (through {where}) by {unknown[key]}, whose extent"
                               " the code does not show")
             return None
+        elif key in consts and fixed[key] > 0:
+            shape.append(str(fixed[key] + 1))  # fixed elements only (``+ stride_w``: 0 and 1)
         elif key in consts:
-            return None  # a fixed element along an axis no index spans: no extent to read
+            return None
         elif (dim := launcher_axes.get(i) or launcher_axes.get(i - rank)) is not None:
             shape.append(dim)
         else:
             shape.append("1")
             st.notes.append(f"'{tensor}': {st.kf.name} never moves along axis {i} (its stride is passed, no index"
                             " scales it): only index 0 is read, taken as 1")
+    if pad:  # len(x.shape) == 3 asserted, the kernel moving along fewer axes: the others only at index 0
+        shape[-1:-1] = ["1"] * pad
+        st.notes.append(f"'{tensor}': the launcher asserts {asserted} dims; {pad} the kernel never moves along taken as 1")
+    if asserted and len(shape) != asserted:
+        return None
     if POOL in shape[1:]:
         return None
     if POOL in shape:

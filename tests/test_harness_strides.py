@@ -12,6 +12,8 @@ the kernel moves along each axis through its stride by an index of known extent.
 - grid counts: ``grid = (bs, num_heads, s_q)`` of required int arguments, each axis of ``scores`` moved
   along by one program id alone: those arguments are its dims, passed as the dims' values (the launcher
   asserts ``scores.shape[1] == num_heads``).
+- fixed elements: ``w + d*stride_w + 1``, ``+ 2`` (a width-3 filter) and ``state + base + stride_k`` (a
+  bare stride added to the pointer, which no longer hides the pointer): [dim, 3] and [POOL, dim, 2].
 - unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
   refusal names the axis and the index.
 Kernels of our own; the gate judges the first two with the inferred harness.
@@ -178,6 +180,41 @@ def window_mask(scores: torch.Tensor, scale: torch.Tensor, bs: int, num_heads: i
     return scores
 '''
 
+FIXED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _short_conv_kernel(x_ptr, w_ptr, state_ptr, slots_ptr, out_ptr, stride_x, stride_w,
+                       stride_slot, stride_d, stride_k, dim, BLOCK_D: tl.constexpr):
+    t = tl.program_id(0)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    m = d < dim
+    slot = tl.load(slots_ptr + t)
+    base = slot * stride_slot + d * stride_d
+    s0 = tl.load(state_ptr + base, mask=m, other=0.0)
+    s1 = tl.load(state_ptr + base + stride_k, mask=m, other=0.0)
+    w0 = tl.load(w_ptr + d * stride_w, mask=m, other=0.0)
+    w1 = tl.load(w_ptr + d * stride_w + 1, mask=m, other=0.0)
+    w2 = tl.load(w_ptr + d * stride_w + 2, mask=m, other=0.0)
+    x = tl.load(x_ptr + t * stride_x + d, mask=m, other=0.0)
+    tl.store(out_ptr + t * stride_x + d, s0 * w0 + s1 * w1 + x * w2, mask=m)
+    tl.store(state_ptr + base, s1, mask=m)
+    tl.store(state_ptr + base + stride_k, x, mask=m)
+
+
+def short_conv(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor):
+    tokens, dim = x.shape
+    out = torch.empty_like(x)
+    _short_conv_kernel[(tokens, triton.cdiv(dim, 64))](
+        x, weight, state, slots, out, x.stride(0), weight.stride(0),
+        state.stride(0), state.stride(1), state.stride(2), dim, BLOCK_D=64,
+    )
+    return out
+'''
+
 UNKNOWN = '''
 import torch
 import triton
@@ -237,6 +274,11 @@ def test_program_ids_over_int_arguments_are_those_dims(tmp_path):
     assert next(d for d in h.dims if d.name == "num_heads").role != "tile"
 
 
+def test_fixed_elements_along_an_axis_size_it(tmp_path):
+    h = _infer(tmp_path, FIXED, "short_conv")
+    assert _shapes(h)["weight"] == ("dim", "3") and _shapes(h)["state"] == ("POOL", "dim", "2")
+
+
 def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
     with pytest.raises(HarnessError) as exc:
         _infer(tmp_path, UNKNOWN, "tile_sum")
@@ -271,5 +313,13 @@ def test_zero_config_gate_on_strides_unpacked_from_stride(mutant, tmp_path, monk
 def test_zero_config_gate_on_program_ids_over_int_arguments(mutant, tmp_path, monkeypatch):
     mutation = ("x * s + q, x)", "x * s + h, x)")
     r = _judge(tmp_path, monkeypatch, GRID_COUNTS, "window_mask", "window_mask", "float32", mutation if mutant else None)
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
+
+
+@pytest.mark.parametrize("mutant", [None, "wrong index"])
+def test_zero_config_gate_on_fixed_elements(mutant, tmp_path, monkeypatch):
+    mutation = ("w2 = tl.load(w_ptr + d * stride_w + 2,", "w2 = tl.load(w_ptr + d * stride_w + 1,")
+    r = _judge(tmp_path, monkeypatch, FIXED, "short_conv", "short_conv", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
