@@ -400,11 +400,6 @@ class _Reader(ast.NodeVisitor):
                 if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute) and a.func.attr == "dim" \
                         and isinstance(a.func.value, ast.Name) and isinstance(b, ast.Constant):
                     self.f.ranks[a.func.value.id] = int(b.value)
-                if isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "len" and len(a.args) == 1 \
-                        and isinstance(b, ast.Constant) and isinstance(b.value, int):
-                    src = _shape_source(a.args[0], self.shapes)  # len(x.shape) == 3
-                    if src is not None and src[1] is None:
-                        self.f.ranks[src[0]] = b.value
         bound = (isinstance(op, (ast.LtE, ast.Lt)) if holds else isinstance(op, (ast.Gt, ast.GtE)))
         if bound and isinstance(left, ast.Name) and isinstance(right, ast.Constant) and isinstance(right.value, int):
             self.f.bounds[left.id] = right.value - (1 if isinstance(op, (ast.Lt, ast.GtE)) else 0)

@@ -302,11 +302,9 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
                      or st.lf.ranks.get(tensor, len(own_axes)) != len(own_axes)):
         # another access reads fixed elements past the first (``w + d*stride_d + 1``, ``+ 2``): the
         # layout over every access
-        notes = list(st.notes)
         wider = _strided_axes(st, tensor, polys, known, dims)
         if wider is not None:
             return wider
-        st.notes[:] = notes
     if own_axes:
         st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
         return own_axes
@@ -594,6 +592,16 @@ def _passed_strides(st: State, tensor: str) -> set[int]:
 
 
 def _strided_axes(st: State, tensor: str, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+                  dims: set[str]) -> tuple[str, ...] | None:
+    """``_read_strided``, leaving the notes, rows and free dims as they were where it reads no layout."""
+    notes, rows, free = list(st.notes), dict(st.rows), set(st.free)
+    shape = _read_strided(st, tensor, polys, known, dims)
+    if shape is None:
+        st.notes[:], st.rows, st.free = notes, rows, free
+    return shape
+
+
+def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
                   dims: set[str]) -> tuple[str, ...] | None:
     """A tensor whose axes the kernel addresses through the launcher's ``tensor.stride(i)``, in any of its
     loads and stores (``lse + b*stride_lb + h*stride_lh``, then ``+ i*stride_ln`` in a loop over N): axis
