@@ -716,6 +716,13 @@ def _axis_extent(st: State, tensor: str, roots: tuple[str, ...], axis: int | Non
         bound = root[5:]  # a loop to a literal (``for t in range(4)``, or a local the launcher sets to one)
     if bound is not None and bound.isdigit() and int(bound) > 0:
         return [bound]
+    arg = _int_argument(st, bound) if bound is not None and bound.isidentifier() else None
+    if arg is not None:  # offs < hidden with hidden a required int argument: a dim of that name
+        st.free.add(arg)
+        st.rows[root] = arg
+        st.notes.append(f"'{tensor}': axis {'innermost' if axis is None else axis} spans [0, {arg}), {arg} an int"
+                        " argument of the launcher: a dim of that name, passed as it")
+        return [arg]
     if root.startswith("pid") and root[3:].isdigit():
         k = int(root[3:])
         if k < len(st.grid) and st.grid[k]:
@@ -741,9 +748,12 @@ def _grid_count(st: State, axis: int) -> str | None:
     launch = next((l for l in st.lf.launches if l.kernel == st.kf.name), None)
     axes = grid_axes(st.lf, launch) if launch is not None else []
     node = axes[axis] if axis < len(axes) else None
-    if not isinstance(node, ast.Name):
-        return None
-    name = st.lf.aliases.get(node.id, node.id)
+    return _int_argument(st, node.id) if isinstance(node, ast.Name) else None
+
+
+def _int_argument(st: State, name: str) -> str | None:
+    """``name`` if it is a required int argument of the launcher (not a tensor, no default)."""
+    name = st.lf.aliases.get(name, name)
     p = st.lf.param(name)
     if p is None or p.has_default or p.optional or "Tensor" in p.annotation or name in st.lf.used_as_tensor \
             or p.annotation not in ("", "int"):

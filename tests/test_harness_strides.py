@@ -14,6 +14,8 @@ the kernel moves along each axis through its stride by an index of known extent.
   asserts ``scores.shape[1] == num_heads``).
 - fixed elements: ``w + d*stride_w + 1``, ``+ 2`` (a width-3 filter) and ``state + base + stride_k`` (a
   bare stride added to the pointer, which no longer hides the pointer): [dim, 3] and [POOL, dim, 2].
+- int bounds: ``offs < hidden`` and ``grid = (rows,)`` with ``rows``, ``hidden`` required int arguments
+  and no tensor unpacked at all: [rows, hidden], the ints passed as those dims.
 - unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
   refusal names the axis and the index.
 Kernels of our own; the gate judges the first two with the inferred harness.
@@ -215,6 +217,27 @@ def short_conv(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor, slots
     return out
 '''
 
+INT_BOUNDS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_gate_kernel(out_ptr, x_ptr, g_ptr, stride_x, stride_o, hidden, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < hidden
+    x = tl.load(x_ptr + row * stride_x + offs, mask=m, other=0.0)
+    g = tl.load(g_ptr + row)
+    tl.store(out_ptr + row * stride_o + offs, x * tl.sigmoid(g), mask=m)
+
+
+def row_gate(out: torch.Tensor, x: torch.Tensor, g: torch.Tensor, rows: int, hidden: int):
+    _row_gate_kernel[(rows,)](out, x, g, x.stride(0), out.stride(0), hidden, BLOCK=triton.next_power_of_2(hidden))
+    return out
+'''
+
 UNKNOWN = '''
 import torch
 import triton
@@ -279,6 +302,12 @@ def test_fixed_elements_along_an_axis_size_it(tmp_path):
     assert _shapes(h)["weight"] == ("dim", "3") and _shapes(h)["state"] == ("POOL", "dim", "2")
 
 
+def test_a_mask_bound_by_an_int_argument_is_that_dim(tmp_path):
+    h = _infer(tmp_path, INT_BOUNDS, "row_gate")
+    assert _shapes(h) == {"out": ("rows", "hidden"), "x": ("rows", "hidden"), "g": ("rows",)}
+    assert {v.name: v.code for v in h.values}["hidden"] == "hidden"
+
+
 def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
     with pytest.raises(HarnessError) as exc:
         _infer(tmp_path, UNKNOWN, "tile_sum")
@@ -321,5 +350,13 @@ def test_zero_config_gate_on_program_ids_over_int_arguments(mutant, tmp_path, mo
 def test_zero_config_gate_on_fixed_elements(mutant, tmp_path, monkeypatch):
     mutation = ("w2 = tl.load(w_ptr + d * stride_w + 2,", "w2 = tl.load(w_ptr + d * stride_w + 1,")
     r = _judge(tmp_path, monkeypatch, FIXED, "short_conv", "short_conv", "float32", mutation if mutant else None)
+    assert r.error is None, r.error
+    assert r.accepted == (mutant is None), r.reasons
+
+
+@pytest.mark.parametrize("mutant", [None, "sign"])
+def test_zero_config_gate_on_int_bounds(mutant, tmp_path, monkeypatch):
+    mutation = ("x * tl.sigmoid(g)", "x * tl.sigmoid(-g)")
+    r = _judge(tmp_path, monkeypatch, INT_BOUNDS, "row_gate", "row_gate", "float32", mutation if mutant else None)
     assert r.error is None, r.error
     assert r.accepted == (mutant is None), r.reasons
