@@ -624,12 +624,14 @@ def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     if all(n.startswith("-") for n in numbers):  # x.stride(-2) with a unit-stride last axis: from the end
         shift = max(-int(n) for n in numbers)
     elif any(n.startswith("-") for n in numbers):
+        st.why[tensor] = f"its strides are counted from both ends ({', '.join(sorted(numbers))}): no rank to place them"
         return None
     for address in addresses:
         for m, c in address.terms:
             strides = [f[len(own):-1] for f in m if f.startswith(own)]
             roots = tuple(f for f in m if not f.startswith(own))
             if len(strides) > 1:
+                st.why[tensor] = f"one index is scaled by several of its strides ({' * '.join(strides)})"
                 return None
             axis = int(strides[0]) + shift if strides else None
             if not roots:
@@ -638,7 +640,7 @@ def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
                 continue
             part = _axis_extent(st, tensor, roots, axis, polys, known, dims)
             if c != 1 or part is None or len(part) != 1:
-                unknown.setdefault(axis, "*".join(roots))
+                unknown.setdefault(axis, ("*".join(roots) if c == 1 else f"{c}*{'*'.join(roots)}"))
                 continue
             if axes.get(axis, part[0]) != part[0]:
                 where = "its unit stride" if axis is None else f"{tensor}.stride({axis})"
@@ -688,6 +690,7 @@ def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     if asserted and len(shape) != asserted:
         return None
     if POOL in shape[1:]:
+        st.why[tensor] = "a loaded slot moves along an inner axis: no pool extent the code shows"
         return None
     if POOL in shape:
         st.notes.append(f"'{tensor}' is a pool indexed by slot values: leading dim {POOL}")
