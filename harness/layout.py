@@ -638,7 +638,17 @@ def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
                 consts.add(axis)
                 fixed[axis] = max(fixed.get(axis, 0), c)
                 continue
+            if all(r in dims for r in roots):  # ``ffn_size + offs``: a second part of the axis, past the first
+                st.why[tensor] = (f"it is read at an offset of {'*'.join(roots)} along "
+                                  f"{'its unit stride' if axis is None else f'{tensor}.stride({axis})'}: an axis of"
+                                  " several parts (concatenated?), which a shape of dims cannot say")
+                return None
             part = _axis_extent(st, tensor, roots, axis, polys, known, dims)
+            if c != 1 and part is not None:  # ``2*d + arange(2)``: two indices share the axis, interleaved
+                st.why[tensor] = (f"{c}*{'*'.join(roots)} moves along "
+                                  f"{'its unit stride' if axis is None else f'{tensor}.stride({axis})'} with"
+                                  " another index: an axis of interleaved parts, which a shape of dims cannot say")
+                return None
             if c != 1 or part is None or len(part) != 1:
                 unknown.setdefault(axis, ("*".join(roots) if c == 1 else f"{c}*{'*'.join(roots)}"))
                 continue
