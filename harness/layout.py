@@ -298,13 +298,16 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
         return (size,)
     own_axes = _own_strides(st, tensor, poly, polys, known, dims)
-    if own_axes and (any(not m for a in _more_polys(st, tensor, known) for m, _ in a.terms)
-                     or st.lf.ranks.get(tensor, len(own_axes)) != len(own_axes)):
-        # another access reads fixed elements past the first (``w + d*stride_d + 1``, ``+ 2``): the
-        # layout over every access
+    addresses = _more_polys(st, tensor, known) if own_axes else []
+    if len(addresses) > 1:  # the layout over every access, where the first does not show it all
+        saved = list(st.notes), dict(st.rows), set(st.free)
         wider = _strided_axes(st, tensor, polys, known, dims)
-        if wider is not None:
-            return wider
+        if wider is None and "parts" in st.why.get(tensor, ""):
+            return None  # ``y + half + offs`` beside ``y + offs``: not the one dim the first access shows
+        if wider is not None and (any(not m for a in addresses for m, _ in a.terms)
+                                  or st.lf.ranks.get(tensor, len(own_axes)) != len(own_axes)):
+            return wider  # another access reads fixed elements past the first (``w + d*s + 1``, ``+ 2``)
+        st.notes[:], st.rows, st.free = saved
     if own_axes:
         st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
         return own_axes
@@ -644,7 +647,7 @@ def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
                                   " several parts (concatenated?), which a shape of dims cannot say")
                 return None
             part = _axis_extent(st, tensor, roots, axis, polys, known, dims)
-            if c != 1 and part is not None:  # ``2*d + arange(2)``: two indices share the axis, interleaved
+            if c != 1:  # ``2*d + arange(2)``: two indices share the axis, interleaved
                 st.why[tensor] = (f"{c}*{'*'.join(roots)} moves along "
                                   f"{'its unit stride' if axis is None else f'{tensor}.stride({axis})'} with"
                                   " another index: an axis of interleaved parts, which a shape of dims cannot say")

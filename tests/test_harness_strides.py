@@ -16,6 +16,8 @@ the kernel moves along each axis through its stride by an index of known extent.
   bare stride added to the pointer, which no longer hides the pointer): [dim, 3] and [POOL, dim, 2].
 - int bounds: ``offs < hidden`` and ``grid = (rows,)`` with ``rows``, ``hidden`` required int arguments
   and no tensor unpacked at all: [rows, hidden], the ints passed as those dims.
+- several parts: ``y + half + offs`` beside ``y + offs`` (a gate and an up half) and ``f + 2*offs + j``
+  (interleaved pairs): the axis is not one dim; refused, saying so, not taken as ``half``.
 - unknown extent: an axis moved along by an index whose extent the code does not show: refused, and the
   refusal names the axis and the index.
 Kernels of our own; the gate judges the first two with the inferred harness.
@@ -238,6 +240,29 @@ def row_gate(out: torch.Tensor, x: torch.Tensor, g: torch.Tensor, rows: int, hid
     return out
 '''
 
+SEVERAL_PARTS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _halves_kernel(y_ptr, f_ptr, out_ptr, stride_y, stride_f, half, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < half
+    a = tl.load(y_ptr + row * stride_y + offs, mask=m, other=0.0)
+    b = tl.load(y_ptr + row * stride_y + half + offs, mask=m, other=0.0)
+    f = tl.load(f_ptr + row * stride_f + offs[:, None] * 2 + tl.arange(0, 2)[None, :], mask=m[:, None], other=0.0)
+    tl.store(out_ptr + row * half + offs, a * b + tl.sum(f, 1), mask=m)
+
+
+def halves(y: torch.Tensor, f: torch.Tensor, out: torch.Tensor):
+    n_rows, half = out.shape
+    _halves_kernel[(n_rows,)](y, f, out, y.stride(0), f.stride(0), half, BLOCK=triton.next_power_of_2(half))
+    return out
+'''
+
 UNKNOWN = '''
 import torch
 import triton
@@ -306,6 +331,17 @@ def test_a_mask_bound_by_an_int_argument_is_that_dim(tmp_path):
     h = _infer(tmp_path, INT_BOUNDS, "row_gate")
     assert _shapes(h) == {"out": ("rows", "hidden"), "x": ("rows", "hidden"), "g": ("rows",)}
     assert {v.name: v.code for v in h.values}["hidden"] == "hidden"
+
+
+@pytest.mark.parametrize("drop", ["y", "f"])
+def test_an_axis_of_several_parts_is_refused_saying_so(drop, tmp_path):
+    text = SEVERAL_PARTS
+    if drop == "y":  # f alone: interleaved pairs
+        text = text.replace("y_ptr + row * stride_y + half + offs", "y_ptr + row * stride_y + offs")
+    with pytest.raises(HarnessError) as exc:
+        _infer(tmp_path, text, "halves")
+    assert "several parts" in str(exc.value) or "interleaved parts" in str(exc.value)
+    assert ("'y'" if drop == "f" else "'f'") in str(exc.value)
 
 
 def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
