@@ -486,9 +486,10 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Siz
     if unknown:
         raise HarnessError(f"--dims {', '.join(unknown)}: not a dim of {st.lf.name} (its dims: {', '.join(names)})")
     pow2 = {st.binding[k] for k in st.kf.arange_bounds if k in st.binding}
+    counts = set(st.rows.values())  # rows counted by a required int argument: a dim, not a tile
     out = []
     for d in names:
-        role = "tile" if d in st.free else _role(st, d, tensors)
+        role = "tile" if d in st.free and d not in counts else _role(st, d, tensors)
         is_pow2 = d in pow2 or role == "tile"
         ci = (_POW2_CI if is_pow2 else _CI).get(role, _CI[role])
         decode = fixed.get(d, _DECODE.get(role, 0) or 16)

@@ -26,6 +26,9 @@ class PointerUse:
     stored: bool
     address: Poly | None  # offset from the parameter, in kernel names and roots (None: not read)
     regime: str = ""  # "log-decay", "positive" or "" (what the loaded values flow into)
+    # the addresses of its other loads and stores where they differ from ``address`` (``lse + base`` then
+    # ``lse + base + i * stride_n`` in a loop): an axis only a later access moves along is read off them
+    more: tuple[Poly, ...] = ()
 
     def size_factors(self, roots: frozenset[str]) -> frozenset[str]:
         return frozenset(f for m, _ in (self.address.terms if self.address else ()) for f in m if f not in roots)
@@ -254,6 +257,13 @@ class _Expander:
         return poly
 
 
+def _seen_base(ex: _Expander, node: ast.Call, seen: set[str]) -> str | None:
+    """The one pointer of ``seen`` among an address's bare parameters (``state + base + stride_w``)."""
+    poly = ex.at(node.args[0], node.lineno)
+    bases = [m[0] for m, c in poly.terms if len(m) == 1 and c == 1 and m[0] in seen]
+    return bases[0] if len(bases) == 1 else None
+
+
 def _divide(m: tuple[str, ...], d: tuple[str, ...]) -> tuple[str, ...] | None:
     rest = list(m)
     for f in d:
@@ -304,10 +314,15 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
     stores: dict[str, list[ast.Call]] = {}
     skips: set[str] = set()
     aranges: set[str] = set()
+    accesses = ("load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg")
+    # pointers some access names alone: where an address adds a bare int parameter as well
+    # (``state + base + stride_w``), the pointer is the one of them other accesses show
+    pointers_seen = {b for node in ast.walk(fn) if _call_name(node) in accesses and node.args
+                     and (b := ex.base_of(node.args[0], node.lineno))}
     for node in ast.walk(fn):
         name = _call_name(node)
-        if name in ("load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg") and node.args:
-            base = ex.base_of(node.args[0], node.lineno)
+        if name in accesses and node.args:
+            base = ex.base_of(node.args[0], node.lineno) or _seen_base(ex, node, pointers_seen)
             if base:
                 (loads if name == "load" else stores).setdefault(base, []).append(node)
                 if name.startswith("atomic"):
@@ -343,7 +358,13 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
             if all(all(not m for m, _ in o.terms) for o in offsets):
                 address = Poly.const(max(sum(c for _, c in o.terms) for o in offsets))
         regime = transforms.get(param) or _regime(fn, param, ex)
-        pointers[param] = PointerUse(param, param in loads, param in stores, address, regime)
+        more: list[Poly] = []
+        for call in calls[1:]:
+            other = ex.masked(_reverse_walks(ex.at(call.args[0], call.lineno) - Poly.atom(param)
+                                             + _loop_steps(fn, param, ex)))
+            if other != address and other not in more:
+                more.append(other)
+        pointers[param] = PointerUse(param, param in loads, param in stores, address, regime, tuple(more))
         for m, _ in address.terms:
             for f in m:
                 src = KernelFacts.loaded_from(f)

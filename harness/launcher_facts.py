@@ -107,7 +107,11 @@ def launcher_params(fn: ast.FunctionDef) -> tuple[Param, ...]:
 
 
 def _shape_source(node: ast.AST, shapes: dict[str, str]) -> tuple[str, slice | int | None] | None:
-    """``x.shape`` -> (x, None); ``x.shape[i]`` / ``x.size(i)`` -> (x, i); ``x.shape[a:b]`` -> (x, slice)."""
+    """``x.shape`` -> (x, None); ``x.shape[i]`` / ``x.size(i)`` -> (x, i); ``x.shape[a:b]`` -> (x, slice);
+    ``int(x.shape[i])`` (a graph-safe launcher's Python int) as ``x.shape[i]``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int" \
+            and len(node.args) == 1 and not node.keywords:
+        return _shape_source(node.args[0], shapes)
     if isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(node.value, ast.Name):
         return node.value.id, None
     if isinstance(node, ast.Name) and node.id in shapes:
@@ -189,6 +193,12 @@ class _Reader(ast.NodeVisitor):
         elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
             for t, v in zip(target.elts, value.elts):
                 self._local(t, v)
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and not value.args \
+                and isinstance(value.func, ast.Attribute) and value.func.attr == "stride":
+            for i, t in enumerate(target.elts):  # s_b, s_h, s_d = x.stride(): s_h is x.stride(1)
+                if isinstance(t, ast.Name):
+                    self.f.exprs[t.id] = ast.Call(ast.Attribute(value.func.value, "stride", ast.Load()),
+                                                  [ast.Constant(i)], [])
 
     def _assign(self, target: ast.AST, value: ast.AST) -> None:
         src = _shape_source(value, self.shapes)
@@ -580,10 +590,15 @@ def grid_extents(lf: LauncherFacts, launch: Launch) -> tuple[tuple[str, ...] | N
     ``(None, ("H", "N"))`` when NV is no dim), or None where it is not a product of dims (a tile count
     such as ``cdiv(T, BT)``). A grid named by a local tuple, a lambda or a nested ``def grid(meta)``
     is read through its name."""
+    return tuple(_dim_product(lf, axis) for axis in grid_axes(lf, launch))
+
+
+def grid_axes(lf: LauncherFacts, launch: Launch) -> list[ast.AST]:
+    """The expressions of ``launch``'s grid axes (through a local tuple, a lambda or ``def grid(meta)``)."""
     try:
         node = ast.parse(launch.grid, mode="eval").body
     except SyntaxError:
-        return ()
+        return []
     for _ in range(3):
         if isinstance(node, ast.Name) and node.id in lf.grid_fns:
             node = lf.grid_fns[node.id]
@@ -593,8 +608,7 @@ def grid_extents(lf: LauncherFacts, launch: Launch) -> tuple[tuple[str, ...] | N
             node = node.body
         else:
             break
-    axes = node.elts if isinstance(node, ast.Tuple) else [node]
-    return tuple(_dim_product(lf, axis) for axis in axes)
+    return list(node.elts) if isinstance(node, ast.Tuple) else [node]
 
 
 def _dim_product(lf: LauncherFacts, node: ast.AST) -> tuple[str, ...] | None:

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from skel.harness.kernel_facts import KernelFacts
+from skel.harness.launcher_facts import grid_axes
 from skel.harness.poly import Poly
 from skel.harness.sizes import resolve_sizes
 from skel.harness.state import POOL, HarnessError, State
@@ -78,8 +79,9 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
         if shape is None:
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
-                f"and its address in {st.kf.name} ({polys.get(t, 'not indexed')}) does not determine it; "
-                f"write it in a spec (skel harness -o spec.py, then edit)")
+                f"and its address in {st.kf.name} ({polys.get(t, 'not indexed')}) does not determine it"
+                f"{' (' + st.why[t] + ')' if t in st.why else ''}; write it in a spec (skel harness -o spec.py,"
+                " then edit)")
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)
@@ -196,6 +198,23 @@ def _launcher_polys(st: State, known: dict[str, tuple[str, ...]]) -> dict[str, P
     return polys
 
 
+def _more_polys(st: State, tensor: str, known: dict[str, tuple[str, ...]]) -> list[Poly]:
+    """The addresses of ``tensor``'s other loads and stores (``PointerUse.more``), renamed like its first."""
+    rename = dict(st.binding)
+    spans = grid_roots(st)
+    out: list[Poly] = []
+    for kparam, use in st.kf.pointers.items():
+        expr = st.binding.get(kparam)
+        if expr is None or st.lf.aliases.get(expr, expr) != tensor:
+            continue
+        for address in (use.address, *use.more) if use.address is not None else ():
+            poly = address.rename({r: spans.get(r) or _rename_root(r, rename) for m, _ in address.terms for r in m})
+            poly = _expand_strides(poly, known, st.lf.aliases)
+            if poly not in out:
+                out.append(poly)
+    return out
+
+
 def grid_roots(st: State) -> dict[str, str]:
     """Program ids over a grid axis of one launcher dim (``grid = (cdiv(T, BT), H)``: pid1 spans [0, H)),
     and the parts of one split over an axis of two (``i_n, i_h = pid // H, pid % H`` on an axis of
@@ -279,6 +298,16 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         st.notes.append(f"'{tensor}' [{size}]: {st.kf.name} reads fixed elements, the last at {int(size) - 1}")
         return (size,)
     own_axes = _own_strides(st, tensor, poly, polys, known, dims)
+    addresses = _more_polys(st, tensor, known) if own_axes else []
+    if len(addresses) > 1:  # the layout over every access, where the first does not show it all
+        saved = list(st.notes), dict(st.rows), set(st.free)
+        wider = _strided_axes(st, tensor, polys, known, dims)
+        if wider is None and "parts" in st.why.get(tensor, ""):
+            return None  # ``y + half + offs`` beside ``y + offs``: not the one dim the first access shows
+        if wider is not None and (any(not m for a in addresses for m, _ in a.terms)
+                                  or st.lf.ranks.get(tensor, len(own_axes)) != len(own_axes)):
+            return wider  # another access reads fixed elements past the first (``w + d*s + 1``, ``+ 2``)
+        st.notes[:], st.rows, st.free = saved
     if own_axes:
         st.notes.append(f"'{tensor}' {list(own_axes)}: {st.kf.name} indexes each of its dims through its own stride")
         return own_axes
@@ -286,12 +315,12 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     lead = [m for m, _ in poly.terms if any(f.startswith(own) for f in m)]
     inner = Poly.of({m: c for m, c in poly.terms if not any(f.startswith(own) for f in m)})
     if len(lead) > 1:
-        return None
+        return _strided_axes(st, tensor, polys, known, dims)
     prefix: list[str] = []
     if lead:
         roots = tuple(f for f in lead[0] if not f.startswith(own))
         if len(roots) != 1:
-            return None
+            return _strided_axes(st, tensor, polys, known, dims)
         src = KernelFacts.loaded_from(roots[0])
         if src:  # a slot index into a pool: the leading dim is the pool's
             prefix = [POOL]
@@ -299,7 +328,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         else:
             span = _span(st, tensor, roots, True, polys, known, dims)
             if not span:
-                return None
+                return _strided_axes(st, tensor, polys, known, dims)
             prefix = list(span)
         if not inner.terms:
             st.notes.append(f"'{tensor}' {prefix}: read off its strides in {st.kf.name}")
@@ -312,7 +341,7 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
         if shape is None:  # size, an index scaled by a chunk size (i_t * BT)
             shape = _chain_of_axes(st, tensor, terms, polys, known, dims, loops, chunks)
     if shape is None:
-        return None
+        return _strided_axes(st, tensor, polys, known, dims)
     shape = prefix + shape
     st.notes.append(f"'{tensor}' {shape}: read off its strides in {st.kf.name}")
     return tuple(shape)
@@ -553,3 +582,196 @@ def _axis_after(stride: Counter, shape: tuple[str, ...]) -> int | None:
         if Counter(d for d in shape[axis + 1:] if not d.isdigit()) == stride:
             return axis + 1
     return None
+
+
+def _passed_strides(st: State, tensor: str) -> set[int]:
+    """The axes ``i`` of the ``tensor.stride(i)`` the launcher passes to the judged kernel."""
+    out: set[int] = set()
+    for expr in st.binding.values():
+        name, _, rest = expr.partition(".stride(")
+        if rest.endswith(")") and rest[:-1].lstrip("-").isdigit() and st.lf.aliases.get(name, name) == tensor:
+            out.add(int(rest[:-1]))
+    return out
+
+
+def _strided_axes(st: State, tensor: str, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+                  dims: set[str]) -> tuple[str, ...] | None:
+    """``_read_strided``, leaving the notes, rows and free dims as they were where it reads no layout."""
+    notes, rows, free = list(st.notes), dict(st.rows), set(st.free)
+    shape = _read_strided(st, tensor, polys, known, dims)
+    if shape is None:
+        st.notes[:], st.rows, st.free = notes, rows, free
+    return shape
+
+
+def _read_strided(st: State, tensor: str, polys: dict[str, Poly], known: dict[str, tuple[str, ...]],
+                  dims: set[str]) -> tuple[str, ...] | None:
+    """A tensor whose axes the kernel addresses through the launcher's ``tensor.stride(i)``, in any of its
+    loads and stores (``lse + b*stride_lb + h*stride_lh``, then ``+ i*stride_ln`` in a loop over N): axis
+    i spans the extent of the index its stride scales (a masked offset, a loop or program id over a dim, a
+    value loaded from a slot index: a pool of ``POOL``), a unit-stride index is the innermost axis, and an
+    axis whose stride the launcher passes but no address moves along is read at index 0 only: the
+    launcher's own dim for it where it reads one, else 1. Where an axis's index has no extent the code
+    shows, the reason is kept for the refusal (``st.why``)."""
+    own = f"{tensor}.stride("
+    axes: dict[int | None, str] = {}  # stride axis (None: unit stride) -> dim
+    unknown: dict[int | None, str] = {}  # axis -> an index of unknown extent moving along it
+    consts: set[int | None] = set()
+    fixed: dict[int | None, int] = {}  # axis -> the last fixed element read along it (``+ 2``, ``+ stride_w``)
+    addresses = _more_polys(st, tensor, known)
+    numbers = {f[len(own):-1] for a in addresses for m, _ in a.terms for f in m if f.startswith(own)}
+    numbers |= {str(a) for a in _passed_strides(st, tensor)}
+    if not numbers or not all(n.lstrip("-").isdigit() for n in numbers):
+        return None
+    shift = 0
+    if all(n.startswith("-") for n in numbers):  # x.stride(-2) with a unit-stride last axis: from the end
+        shift = max(-int(n) for n in numbers)
+    elif any(n.startswith("-") for n in numbers):
+        st.why[tensor] = f"its strides are counted from both ends ({', '.join(sorted(numbers))}): no rank to place them"
+        return None
+    for address in addresses:
+        for m, c in address.terms:
+            strides = [f[len(own):-1] for f in m if f.startswith(own)]
+            roots = tuple(f for f in m if not f.startswith(own))
+            if len(strides) > 1:
+                st.why[tensor] = f"one index is scaled by several of its strides ({' * '.join(strides)})"
+                return None
+            axis = int(strides[0]) + shift if strides else None
+            if not roots:
+                consts.add(axis)
+                fixed[axis] = max(fixed.get(axis, 0), c)
+                continue
+            if all(r in dims for r in roots):  # ``ffn_size + offs``: a second part of the axis, past the first
+                st.why[tensor] = (f"it is read at an offset of {'*'.join(roots)} along "
+                                  f"{'its unit stride' if axis is None else f'{tensor}.stride({axis})'}: an axis of"
+                                  " several parts (concatenated?), which a shape of dims cannot say")
+                return None
+            part = _axis_extent(st, tensor, roots, axis, polys, known, dims)
+            if c != 1:  # ``2*d + arange(2)``: two indices share the axis, interleaved
+                st.why[tensor] = (f"{c}*{'*'.join(roots)} moves along "
+                                  f"{'its unit stride' if axis is None else f'{tensor}.stride({axis})'} with"
+                                  " another index: an axis of interleaved parts, which a shape of dims cannot say")
+                return None
+            if c != 1 or part is None or len(part) != 1:
+                unknown.setdefault(axis, ("*".join(roots) if c == 1 else f"{c}*{'*'.join(roots)}"))
+                continue
+            if axes.get(axis, part[0]) != part[0]:
+                where = "its unit stride" if axis is None else f"{tensor}.stride({axis})"
+                st.why[tensor] = (f"indices over {axes[axis]} and {part[0]} both move along {where}: an axis"
+                                  " of several parts (concatenated?), which a shape of dims cannot say")
+                return None
+            axes[axis] = part[0]
+    used = {a for a in (*axes, *unknown, *consts) if a is not None}
+    unit = None in axes or None in unknown
+    if not used:
+        return None
+    if None in consts and not unit:  # fixed elements only (w + d*stride_d + 1, + 2): an axis of them
+        if fixed[None] <= 0:
+            return None
+        axes[None], unit = str(fixed[None] + 1), True
+    passed = {a + shift for a in _passed_strides(st, tensor)}
+    top = max(used | passed)
+    rank = top + 1 + (1 if unit and top in used else 0)
+    asserted = st.lf.ranks.get(tensor)
+    pad = asserted - rank if asserted and unit and asserted > rank else 0  # axes before the unit-stride one
+    if asserted and asserted < rank:
+        return None
+    shape: list[str] = []
+    launcher_axes = st.lf.axes.get(tensor, {})
+    for i in range(rank):
+        key = None if unit and i == rank - 1 else i
+        if key in axes:
+            shape.append(axes[key])
+        elif key in unknown:
+            where = "unit stride" if key is None else f"{tensor}.stride({key})"
+            st.why[tensor] = (f"axis {i} of '{tensor}' is indexed (through {where}) by {unknown[key]}, whose extent"
+                              " the code does not show")
+            return None
+        elif key in consts and fixed[key] > 0:
+            shape.append(str(fixed[key] + 1))  # fixed elements only (``+ stride_w``: 0 and 1)
+        elif key in consts:
+            return None
+        elif (dim := launcher_axes.get(i) or launcher_axes.get(i - rank)) is not None:
+            shape.append(dim)
+        else:
+            shape.append("1")
+            st.notes.append(f"'{tensor}': {st.kf.name} never moves along axis {i} (its stride is passed, no index"
+                            " scales it): only index 0 is read, taken as 1")
+    if pad:  # len(x.shape) == 3 asserted, the kernel moving along fewer axes: the others only at index 0
+        shape[-1:-1] = ["1"] * pad
+        st.notes.append(f"'{tensor}': the launcher asserts {asserted} dims; {pad} the kernel never moves along taken as 1")
+    if asserted and len(shape) != asserted:
+        return None
+    if POOL in shape[1:]:
+        st.why[tensor] = "a loaded slot moves along an inner axis: no pool extent the code shows"
+        return None
+    if POOL in shape:
+        st.notes.append(f"'{tensor}' is a pool indexed by slot values: leading dim {POOL}")
+    st.notes.append(f"'{tensor}' {shape}: {st.kf.name} indexes its axes through the strides the launcher passes")
+    return tuple(shape)
+
+
+def _axis_extent(st: State, tensor: str, roots: tuple[str, ...], axis: int | None, polys: dict[str, Poly],
+                 known: dict[str, tuple[str, ...]], dims: set[str]) -> list[str] | None:
+    """The extent of an index moving along one axis of a strided tensor: what ``_known_part`` reads, a
+    masked offset or ``arange`` over a literal size (``arange(0, 512)``, ``HEAD_DIM=128``), a slot loaded
+    from another tensor on the leading axis (``POOL``), a program id alone over a grid axis the launcher
+    counts from a tensor (a row dim of its own, as ``_rows`` names it)."""
+    if len(roots) != 1:
+        return None
+    root = roots[0]
+    part = _known_part(st, tensor, roots, False, False, polys, known, dims)
+    if part is not None:
+        return part
+    if KernelFacts.loaded_from(root):
+        return [POOL] if axis == 0 else None  # a slot index into a pool: the leading dim is the pool's
+    bound = KernelFacts.root_bound(root)
+    if bound is None and root.startswith("arange(") and root.endswith(")"):
+        bound = st.binding.get(root[7:-1], root[7:-1])
+    if bound is None and root.startswith("loop:"):
+        bound = root[5:]  # a loop to a literal (``for t in range(4)``, or a local the launcher sets to one)
+    if bound is not None and bound.isdigit() and int(bound) > 0:
+        return [bound]
+    arg = _int_argument(st, bound) if bound is not None and bound.isidentifier() else None
+    if arg is not None:  # offs < hidden with hidden a required int argument: a dim of that name
+        st.free.add(arg)
+        st.rows[root] = arg
+        st.notes.append(f"'{tensor}': axis {'innermost' if axis is None else axis} spans [0, {arg}), {arg} an int"
+                        " argument of the launcher: a dim of that name, passed as it")
+        return [arg]
+    if root.startswith("pid") and root[3:].isdigit():
+        k = int(root[3:])
+        if k < len(st.grid) and st.grid[k]:
+            return None  # a grid axis over dims, which _known_part reads: not one program per row
+        count = _grid_count(st, k)
+        if count is not None:
+            st.free.add(count)
+            st.rows[root] = count
+            st.notes.append(f"'{tensor}': one row per program of grid axis {k}, which the launcher sizes by its"
+                            f" int argument '{count}': a dim of that name, passed as it")
+            return [count]
+        if root not in st.rows:
+            taken = dims | set(st.rows.values())
+            st.rows[root] = next(n for n in ("N", "R", "N_rows", "ROWS") if n not in taken)
+        st.notes.append(f"'{tensor}': one row per program of grid axis {k}, which the launcher counts from a"
+                        f" tensor (not a dim): rows taken as a dim of their own, {st.rows[root]}")
+        return [st.rows[root]]
+    return None
+
+
+def _grid_count(st: State, axis: int) -> str | None:
+    """The required int argument of the launcher a grid axis is (``grid = (bs, num_heads)``), if it is one."""
+    launch = next((l for l in st.lf.launches if l.kernel == st.kf.name), None)
+    axes = grid_axes(st.lf, launch) if launch is not None else []
+    node = axes[axis] if axis < len(axes) else None
+    return _int_argument(st, node.id) if isinstance(node, ast.Name) else None
+
+
+def _int_argument(st: State, name: str) -> str | None:
+    """``name`` if it is a required int argument of the launcher (not a tensor, no default)."""
+    name = st.lf.aliases.get(name, name)
+    p = st.lf.param(name)
+    if p is None or p.has_default or p.optional or "Tensor" in p.annotation or name in st.lf.used_as_tensor \
+            or p.annotation not in ("", "int"):
+        return None
+    return name

@@ -26,6 +26,7 @@ class State:
     sizes: dict[str, Size] = field(default_factory=dict)  # sizes computed from dims (NT = cdiv(T, BT))
     free: set[str] = field(default_factory=set)  # required int arguments the sizes are made of (chunk_size)
     rows: dict[str, str] = field(default_factory=dict)  # program id over rows the launcher counts -> its dim
+    why: dict[str, str] = field(default_factory=dict)  # tensor -> why its layout cannot be read (for the refusal)
 
 
 
