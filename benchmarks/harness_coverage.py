@@ -2,6 +2,7 @@
 the others fail (one line each, grouped).
 
     python benchmarks/harness_coverage.py [--write] [--run N] [--only PATH[:LAUNCHER] ...]
+                                          [--corpus DIST==VERSION:FOLDER ...]
 
 ``--only`` keeps the launchers of the named files (a path relative to the corpus root, e.g.
 ``fla/ops/kda/chunk_bwd.py:chunk_kda_bwd_dAv``) and judges every one of them; the counts then cover
@@ -11,7 +12,8 @@ gate on the CPU interpreter (ci shapes, one seed, the original as oracle): an in
 working only if the gate runs it and accepts the copy. Each run is a subprocess with a time limit.
 
 Corpora from the package registry (cached as the tests cache them): fla-core 0.6.0 (`fla/ops`) and
-liger-kernel 0.8.5 (`liger_kernel/ops`). Every top-level function of a file that launches one of the
+liger-kernel 0.8.5 (`liger_kernel/ops`) by default; ``--corpus sglang==0.5.23:sglang`` names others (then
+only those; do not ``--write`` them over the default table). Every top-level function of a file that launches one of the
 file's @triton.jit kernels is one launcher; inference is static (nothing is imported). A crash (any
 exception other than HarnessError) is counted apart: it is a bug. This measures reach, not whether
 the inferred harness is right: tests/test_harness.py checks that on labelled kernels.
@@ -51,9 +53,17 @@ def main() -> None:
     parser.add_argument("--run-timeout", type=int, default=240)
     parser.add_argument("--only", action="append", default=[], metavar="PATH[:LAUNCHER]",
                         help="judge only these files (relative to the corpus root) or launchers")
+    parser.add_argument("--corpus", action="append", default=[], metavar="DIST==VERSION:FOLDER",
+                        help="a registry package and the folder in it to read (repeatable; default: fla-core, Liger)")
     args = parser.parse_args()
+    corpora = CORPORA
+    if args.corpus:
+        try:
+            corpora = tuple((c.split("==")[0], c.split("==")[1].split(":")[0], c.split(":", 1)[1]) for c in args.corpus)
+        except IndexError:
+            parser.error("--corpus takes DIST==VERSION:FOLDER, e.g. sglang==0.5.23:sglang")
     lines = [f"# Harness inference coverage ({datetime.now(timezone.utc):%Y-%m-%d}, `python benchmarks/harness_coverage.py`)", ""]
-    for dist, version, sub in CORPORA:
+    for dist, version, sub in corpora:
         base = fetch_wheel_corpus(dist, version)
         root = base / sub
         ok, failed, crashed = 0, collections.Counter(), []
