@@ -37,12 +37,7 @@ STATIC: dict[str, frozenset[str]] = {
                                         "test_zero_config_gate_on_a_moved_pointer",
                                         "test_zero_config_gate_on_a_mode_switch",
                                         "test_zero_config_gate_on_rows"}),  # gate workers
-    "test_harness_strides.py": frozenset({"test_zero_config_gate_on_an_axis_only_a_loop_moves_along",
-                                          "test_zero_config_gate_on_a_pool_through_its_strides",
-                                          "test_zero_config_gate_on_strides_unpacked_from_stride",
-                                          "test_zero_config_gate_on_program_ids_over_int_arguments",
-                                          "test_zero_config_gate_on_fixed_elements",
-                                          "test_zero_config_gate_on_int_bounds"}),  # gate workers
+    "test_harness_strides.py": frozenset({"test_zero_config_gate_on_strided_layouts"}),  # gate workers
     "test_harness_run.py": frozenset({"test_the_interpreter_runs_the_original_as_compiled_code_would",
                                       "test_a_launcher_imported_from_a_sibling_module_has_its_autotuner_trimmed"}),
     "test_heldout2_classes.py": ALL,

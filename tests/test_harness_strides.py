@@ -350,49 +350,21 @@ def test_an_axis_of_unknown_extent_is_refused_naming_it(tmp_path):
     assert "axis 0 of 'q'" in str(exc.value) and "tiles_per_batch" in str(exc.value)
 
 
-@pytest.mark.parametrize("mutant", [None, "dropped term"])
-def test_zero_config_gate_on_an_axis_only_a_loop_moves_along(mutant, tmp_path, monkeypatch):
-    mutation = ("    for i in tl.static_range(N):", "    for i in tl.static_range(N - 1):")  # a shard dropped
-    r = _judge(tmp_path, monkeypatch, COMBINE, "combine", "combine", "float32", mutation if mutant else None)
+GATE_CASES = {  # case: (source, launcher, mutant (old, new)): an identical copy accepted, the mutant rejected
+    "an axis only a loop moves along": (  # a shard dropped
+        COMBINE, "combine", ("    for i in tl.static_range(N):", "    for i in tl.static_range(N - 1):")),
+    "a pool through its strides": (  # wrong index
+        POOL, "gather_kv", ("h * stride_kv_h + offs, mask=m", "h * stride_kv_h + (offs // 2) * 2, mask=m")),
+    "strides unpacked from stride()": (UNPACKED, "state_update", ("    m = d < dim\n", "    m = d < dim - 1\n")),
+    "program ids over int arguments": (GRID_COUNTS, "window_mask", ("x * s + q, x)", "x * s + h, x)")),
+    "fixed elements": (FIXED, "short_conv", ("w2 = tl.load(w_ptr + d * stride_w + 2,", "w2 = tl.load(w_ptr + d * stride_w + 1,")),
+    "int bounds": (INT_BOUNDS, "row_gate", ("x * tl.sigmoid(g)", "x * tl.sigmoid(-g)")),  # sign
+}
+
+
+@pytest.mark.parametrize("case,mutated", [(c, m) for c in GATE_CASES for m in (False, True)])
+def test_zero_config_gate_on_strided_layouts(case, mutated, tmp_path, monkeypatch):
+    source, entry, mutation = GATE_CASES[case]
+    r = _judge(tmp_path, monkeypatch, source, entry, entry, "float32", mutation if mutated else None)
     assert r.error is None, r.error
-    assert r.accepted == (mutant is None), r.reasons
-
-
-@pytest.mark.parametrize("mutant", [None, "wrong index"])
-def test_zero_config_gate_on_a_pool_through_its_strides(mutant, tmp_path, monkeypatch):
-    mutation = ("h * stride_kv_h + offs, mask=m", "h * stride_kv_h + (offs // 2) * 2, mask=m")
-    r = _judge(tmp_path, monkeypatch, POOL, "gather_kv", "gather_kv", "float32", mutation if mutant else None)
-    assert r.error is None, r.error
-    assert r.accepted == (mutant is None), r.reasons
-
-
-@pytest.mark.parametrize("mutant", [None, "off-by-one mask"])
-def test_zero_config_gate_on_strides_unpacked_from_stride(mutant, tmp_path, monkeypatch):
-    mutation = ("    m = d < dim\n", "    m = d < dim - 1\n")
-    r = _judge(tmp_path, monkeypatch, UNPACKED, "state_update", "state_update", "float32", mutation if mutant else None)
-    assert r.error is None, r.error
-    assert r.accepted == (mutant is None), r.reasons
-
-
-@pytest.mark.parametrize("mutant", [None, "wrong index"])
-def test_zero_config_gate_on_program_ids_over_int_arguments(mutant, tmp_path, monkeypatch):
-    mutation = ("x * s + q, x)", "x * s + h, x)")
-    r = _judge(tmp_path, monkeypatch, GRID_COUNTS, "window_mask", "window_mask", "float32", mutation if mutant else None)
-    assert r.error is None, r.error
-    assert r.accepted == (mutant is None), r.reasons
-
-
-@pytest.mark.parametrize("mutant", [None, "wrong index"])
-def test_zero_config_gate_on_fixed_elements(mutant, tmp_path, monkeypatch):
-    mutation = ("w2 = tl.load(w_ptr + d * stride_w + 2,", "w2 = tl.load(w_ptr + d * stride_w + 1,")
-    r = _judge(tmp_path, monkeypatch, FIXED, "short_conv", "short_conv", "float32", mutation if mutant else None)
-    assert r.error is None, r.error
-    assert r.accepted == (mutant is None), r.reasons
-
-
-@pytest.mark.parametrize("mutant", [None, "sign"])
-def test_zero_config_gate_on_int_bounds(mutant, tmp_path, monkeypatch):
-    mutation = ("x * tl.sigmoid(g)", "x * tl.sigmoid(-g)")
-    r = _judge(tmp_path, monkeypatch, INT_BOUNDS, "row_gate", "row_gate", "float32", mutation if mutant else None)
-    assert r.error is None, r.error
-    assert r.accepted == (mutant is None), r.reasons
+    assert r.accepted == (not mutated), r.reasons
