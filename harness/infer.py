@@ -380,6 +380,11 @@ def _tensor_params(st: State, variants: tuple[str, ...]) -> list[str]:
         if p.optional and p.name not in variants:
             st.notes.append(f"'{p.name}' is Optional: judged on the default path (None); --variant {p.name} adds it")
             continue
+        if p.has_default and isinstance(p.default, (int, float)) and not isinstance(p.default, bool) \
+                and p.name not in variants:  # offsets: Union[int, Tensor] = 0: the default, a number
+            st.notes.append(f"'{p.name}' takes a tensor or a number: judged on its default ({p.default!r});"
+                            f" --variant {p.name} passes a tensor")
+            continue
         out.append(p.name)
     unknown = [v for v in variants if not st.lf.param(v)]
     if unknown:
@@ -539,10 +544,11 @@ def _tensor_arg(st: State, t: str, others: list[State] = ()) -> TensorArg:
     regime, kname = next(((u.regime, o.kf.name) for o in (st, *others) if (u := pointer(o, t)) is not None
                           and u.regime), ("", st.kf.name))
     if regime == "log-decay":
-        values, vwhy = "log-decay", (f"{kname} takes exp() of it (or of its cumulative sum): log-decays in"
-                                     " (-inf, 0), logsigmoid(N(0, 1))")
+        values, vwhy = "log-decay", (f"{kname} takes exp() of it (or of its cumulative sum, or of it times a"
+                                     " step): log-decays in (-inf, 0), logsigmoid(N(0, 1))")
     elif regime == "positive":
-        values, vwhy = "positive", f"{kname} takes log/sqrt of it (or of sums and products of it): U(0.5, 2)"
+        values, vwhy = "positive", (f"{kname} takes log/sqrt of it (or of sums and products of it), or exp() of a"
+                                    " decay rate times it (a step): U(0.5, 2)")
     elif regime == "unit-interval":
         values, vwhy = "unit-interval", (f"{kname} applies sigmoid to it only under a flag off on this path:"
                                          " the caller passes sigmoid outputs, sigmoid(N(0, 1))")

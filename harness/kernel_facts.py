@@ -109,13 +109,33 @@ class _Assignments(ast.NodeVisitor):
 
     def __init__(self, expander: "_Expander"):
         self.ex = expander
+        self.loops = 0
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self.ex._bind(target, node.value, node.lineno)
         self.generic_visit(node)
 
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        """``p += off`` outside loops is ``p = p + off`` from its line on: a pointer copied before the move
+        (``dst = state_ptr + ...``, then ``state_ptr += ...``) keeps the value it had. Steps inside loops are
+        ``_loop_steps``' (a loop walks a dim)."""
+        if not self.loops and isinstance(node.target, ast.Name) and isinstance(node.op, (ast.Add, ast.Sub)):
+            value = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+            self.ex._bind(node.target, ast.copy_location(value, node), node.lineno)
+        self.generic_visit(node)
+
     def visit_For(self, node: ast.For) -> None:
+        self.loops += 1
+        self._for(node)
+        self.loops -= 1
+
+    def visit_While(self, node: ast.While) -> None:
+        self.loops += 1
+        self.generic_visit(node)
+        self.loops -= 1
+
+    def _for(self, node: ast.For) -> None:
         stop = None
         if _call_name(node.iter) == "range" and node.iter.args:
             last = _strip(node.iter.args[-1] if len(node.iter.args) > 1 else node.iter.args[0])
@@ -204,8 +224,9 @@ class _Expander:
         if isinstance(node, ast.Constant):  # a float or string constant is no index arithmetic
             return Poly.const(int(node.value)) if isinstance(node.value, (int, bool)) else None
         name = _call_name(node)
-        if name == "program_id":
-            return self.root(f"pid{ast.unparse(node.args[0]) if node.args else '0'}")
+        if name == "program_id":  # tl.program_id(1) or tl.program_id(axis=1)
+            axis = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "axis"), None)
+            return self.root(f"pid{ast.unparse(axis) if axis is not None else '0'}")
         if name == "arange" and len(node.args) == 2:
             return self.expand(node.args[0]) + self.root(f"arange({ast.unparse(node.args[1])})")
         if name == "load" and node.args:
@@ -354,9 +375,9 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
                 address, offsets[src] = unpacked, length
                 packed.add(param)
         if all(not m for m, _ in address.terms):  # fixed elements (w[0], w[1], w[2]): the last one read
-            offsets = [ex.at(c.args[0], c.lineno) - Poly.atom(param) for c in calls]
-            if all(all(not m for m, _ in o.terms) for o in offsets):
-                address = Poly.const(max(sum(c for _, c in o.terms) for o in offsets))
+            places = [ex.at(c.args[0], c.lineno) - Poly.atom(param) for c in calls]
+            if all(all(not m for m, _ in o.terms) for o in places):
+                address = Poly.const(max(sum(c for _, c in o.terms) for o in places))
         regime = transforms.get(param) or _regime(fn, param, ex)
         more: list[Poly] = []
         for call in calls[1:]:
@@ -577,12 +598,7 @@ def _loop_steps(fn: ast.FunctionDef, param: str, ex: _Expander) -> Poly:
     Counted once per pointer variable."""
     out = Poly()
     seen: set[str] = set()
-    in_loops = {id(n) for loop in ast.walk(fn) if isinstance(loop, ast.For) for n in ast.walk(loop)}
-    for node in ast.walk(fn):  # the parameter itself moved once (a_ptr += row * stride)
-        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name) \
-                and node.target.id == param and id(node) not in in_loops:
-            out = out + ex.at(node.value, node.lineno)
-    for loop in ast.walk(fn):
+    for loop in ast.walk(fn):  # (the parameter moved once outside loops, a_ptr += row * stride: a definition)
         if not (isinstance(loop, ast.For) and _call_name(loop.iter) == "range" and loop.iter.args):
             continue
         stop = _strip(loop.iter.args[-1] if len(loop.iter.args) > 1 else loop.iter.args[0])
@@ -661,6 +677,10 @@ def _loaded_names(fn: ast.FunctionDef, param: str, ex: _Expander) -> set[str]:
                 names.add(node.targets[0].id)
             elif isinstance(value, ast.Name):
                 renames.append((node.targets[0].id, value.id))
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
+            value = _strip(node.value)  # dt += tl.load(dt_bias_ptrs): the bias's values land in dt
+            if _call_name(value) == "load" and value.args and ex.base_of(value.args[0]) == param:
+                names.add(node.target.id)
     grew = True
     while grew:
         grew = False
@@ -709,16 +729,30 @@ def _skipped_transforms(fn: ast.FunctionDef, flags: dict[str, bool], loaded: dic
     return out
 
 
+def _is_exp(name: str | None) -> bool:
+    """``exp``, ``exp2`` and the projects' own wrappers of them (FLA's ``safe_exp``, vLLM's ``fast_exp``)."""
+    return bool(name) and (name in ("exp", "exp2") or name.endswith(("_exp", "_exp2")))
+
+
 def _regime(fn: ast.FunctionDef, param: str, ex: _Expander) -> str:
     names = _loaded_names(fn, param, ex)
     if not names:
         return ""
     for node in ast.walk(fn):
         name = _call_name(node)
-        if name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt") and node.args:
+        if (_is_exp(name) or name in ("log", "log2", "sqrt", "rsqrt")) and node.args:
             arg = _strip(node.args[0])
             if isinstance(arg, ast.Name) and arg.id in names:
-                return "log-decay" if name.startswith("exp") else "positive"
+                return "log-decay" if _is_exp(name) else "positive"
+    for node in ast.walk(fn):  # exp(A * dt): a rate times a step (Mamba's dA); their product must be a decay
+        if _is_exp(_call_name(node)) and node.args and isinstance(arg := _strip(node.args[0]), ast.BinOp) \
+                and isinstance(arg.op, ast.Mult):
+            left, right = _strip(arg.left), _strip(arg.right)
+            if isinstance(left, ast.Name) and isinstance(right, ast.Name) and left.id != right.id:
+                if left.id in names:
+                    return "log-decay"
+                if right.id in names:
+                    return "positive"
     if names & _cumulated_in_exp(fn, ex):
         return "log-decay"
     return "positive" if names & _root_terms(fn, ex) else ""
@@ -750,7 +784,7 @@ def _cumulated_in_exp(fn: ast.FunctionDef, ex: _Expander) -> set[str]:
                     cumulated(value, seen)
 
     for node in ast.walk(fn):
-        if _call_name(node) in ("exp", "exp2") and node.args:
+        if _is_exp(_call_name(node)) and node.args:
             cumulated(node.args[0], set())
     return found
 

@@ -75,6 +75,7 @@ class LauncherFacts:
     grid_fns: dict[str, ast.AST] = field(default_factory=dict)  # nested grid function -> the tuple it returns
     required: set[str] = field(default_factory=set)  # Optional params an assert on the judged path requires
     dereferenced: set[str] = field(default_factory=set)  # params used as tensors under no undecided condition
+    unnamed: dict[str, set[int]] = field(default_factory=dict)  # tensor -> axes unpacked into `_`
     exprs: dict[str, ast.AST] = field(default_factory=dict)  # local -> its (last) value on the judged path  # params whose `if p:` allocates a tensor (an extra output)
 
     def param(self, name: str) -> Param | None:
@@ -149,10 +150,14 @@ class _Reader(ast.NodeVisitor):
         """The value of a test on the judged path, when the parameters' values decide it."""
         return truth(test, self._leaf)
 
-    def _leaf(self, test: ast.AST) -> bool | None:
+    def _leaf(self, test: ast.AST, depth: int = 0) -> bool | None:
         if isinstance(test, ast.Name) and test.id in self.env:
             value = self.env[test.id]
             return None if value is UNKNOWN else bool(value)
+        if isinstance(test, ast.Name) and depth < 4 and isinstance(self.f.exprs.get(test.id), (ast.Compare, ast.BoolOp,
+                                                                                           ast.UnaryOp)):
+            # is_varlen = cu_seqlens is not None: the local's test, on the judged path
+            return truth(self.f.exprs[test.id], lambda t: self._leaf(t, depth + 1))
         flag = _bool_test(test)
         if flag is not None and flag[0] in self.env and self.env[flag[0]] is not UNKNOWN:
             return (self.env[flag[0]] is True) == flag[1]  # `x is True` / `x == False`
@@ -217,6 +222,10 @@ class _Reader(ast.NodeVisitor):
                 self._dim(target.id, flat[0], 0)
                 self.f.ranks.setdefault(flat[0], 1 + len(flat[1]))
                 return
+            if _view_of(value) == target.id and self.f.param(target.id) and target.id not in self.f.ranks:
+                rank = self._rank_of_view(value)  # x = x.reshape(-1, H, D): the kernel sees x as 3-D
+                if rank:
+                    self.f.ranks[target.id] = rank
             if src and src[1] is None:
                 self.shapes[target.id] = src[0]
             elif src and isinstance(src[1], int):
@@ -236,7 +245,8 @@ class _Reader(ast.NodeVisitor):
             return
         if not isinstance(target, ast.Tuple):
             return
-        names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+        # `_, H, K = x.shape`: the throwaway name is no dim (the kernel's addressing sizes that axis)
+        names = [e.id if isinstance(e, ast.Name) and e.id != "_" else None for e in target.elts]
         if src is not None:  # A, B, C = x.shape (or x.shape[-3:])
             tensor, part = src
             tensor = self.f.view_of.get(tensor, tensor)
@@ -247,9 +257,12 @@ class _Reader(ast.NodeVisitor):
             else:
                 lo = part.start if part.start is not None else 0
                 axes = range(lo, lo + n) if lo >= 0 else range(lo, lo + n)
-            for name, axis in zip(names, axes):
+            for name, elt, axis in zip(names, target.elts, axes):
                 if name:
                     self._dim(name, tensor, axis)
+                elif isinstance(elt, ast.Name):  # `_`: the kernel's addressing sizes it (else a dim of its own)
+                    self.f.unnamed.setdefault(tensor, set()).add(axis)
+                    self.f.used_as_tensor.add(tensor)
             return
         if isinstance(value, ast.Tuple):  # A, B, C, V = *k.shape, v.shape[-1]
             i = 0
@@ -362,7 +375,11 @@ class _Reader(ast.NodeVisitor):
         for v in node.values:
             if isinstance(v, ast.Name):
                 self.f.conditions.add(v.id)
-        self.generic_visit(node)
+        self.visit(node.values[0])
+        self.guards += 1  # `x is not None and x.dim() == 2`: what follows the first operand may never run
+        for v in node.values[1:]:
+            self.visit(v)
+        self.guards -= 1
 
     def _check(self, test: ast.AST, holds: bool) -> None:
         """What an assert (holds=True) or a raising if (holds=False: the test must be false) requires."""
@@ -386,6 +403,9 @@ class _Reader(ast.NodeVisitor):
                 self.f.same_dim.append(((ls[0], ls[1]), (rs[0], rs[1])))
             elif ls and rs and ls[1] is None and rs[1] is None:
                 self.f.same_shape.append((ls[0], rs[0]))
+            for shape, items in ((ls, right), (rs, left)):
+                if shape and shape[1] is None and isinstance(items, (ast.Tuple, ast.List)):
+                    self._shape_tuple(shape[0], items.elts)
             for a, b in ((left, right), (right, left)):
                 relation = self._multiple(a, b)
                 if relation is not None:
@@ -408,6 +428,31 @@ class _Reader(ast.NodeVisitor):
             values = self._values_of(right)
             if values:
                 self.f.choices[left.id] = values
+
+    def _shape_tuple(self, tensor: str, elts: list[ast.AST]) -> None:
+        """``assert A.shape == (nheads, dim, dstate)`` (Mamba's launchers check every argument so): A's rank
+        and each axis's dim, as an unpacking would give them; ``x.shape[i]`` items are that axis's dim."""
+        if any(isinstance(e, ast.Starred) for e in elts):
+            return
+        tensor = self.f.view_of.get(tensor, tensor)
+        self.f.ranks.setdefault(tensor, len(elts))
+        if self.f.ranks[tensor] != len(elts):
+            return  # asserted with another rank on another branch (`x.dim() == 2` or 3): keep the first
+        for axis, e in enumerate(elts):
+            if isinstance(e, ast.Name):
+                name = self.f.dim_alias.get(e.id, e.id)
+                if name not in self.f.dims and (self.f.param(name) is not None or name in self.f.exprs):
+                    continue  # an argument, or a local computed otherwise (a product, a call): not read off here
+                if self.f.axes.get(tensor, {}).get(axis) not in (None, name):
+                    continue
+                self._dim(name, tensor, axis)
+            elif isinstance(e, ast.Constant) and type(e.value) is int:
+                self.f.axes.setdefault(tensor, {}).setdefault(axis, str(e.value))
+                self.f.used_as_tensor.add(tensor)
+            else:
+                src = _shape_source(e, self.shapes)
+                if src and isinstance(src[1], int):
+                    self.f.same_dim.append(((tensor, axis), (self.f.view_of.get(src[0], src[0]), src[1])))
 
     def _axis(self, node: ast.AST) -> tuple[str, int] | None:
         """``x.shape[i]`` or a dim unpacked from one -> (x, i)."""
@@ -479,12 +524,89 @@ class _Reader(ast.NodeVisitor):
             self.f.launches.append(Launch(func.value.id, node.lineno, ast.unparse(func.slice), self._bind(node)))
         self.generic_visit(node)
 
+    def _spread(self, node: ast.AST) -> list[ast.AST] | None:
+        """The arguments ``*node`` passes on the judged path: a tuple's elements, a local tuple's, the branch
+        of ``*(a, b) if x is not None else (0, 0)`` the path takes (a bare ``else 0`` spreads nothing: it
+        would fail, and the path that runs is the tuple's); None where the count is not known."""
+        for _ in range(4):
+            if isinstance(node, ast.Name) and isinstance(self.f.exprs.get(node.id), (ast.Tuple, ast.IfExp)):
+                node = self.f.exprs[node.id]
+            elif isinstance(node, ast.IfExp):
+                taken = self.truth(node.test)
+                self._spread_needs(node)
+                branches = [b for b in (node.body, node.orelse) if isinstance(b, (ast.Tuple, ast.List))]
+                if taken is not None:
+                    node = node.body if taken else node.orelse
+                elif len(branches) == 2 and len(branches[0].elts) == len(branches[1].elts):
+                    node = branches[0]  # either way as many arguments: the given one's expressions
+                elif len(branches) == 1:
+                    node = branches[0]
+                else:
+                    return None
+            else:
+                break
+        if isinstance(node, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return list(node.elts)
+        if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "stride" and isinstance(node.func.value, ast.Name):
+            rank = self._rank(node.func.value.id)  # *x.stride(): x.stride(0), ..., one per dim
+            return [ast.Call(ast.Attribute(node.func.value, "stride", ast.Load()), [ast.Constant(i)], [])
+                    for i in range(rank)] if rank else None
+        return None
+
+    def _rank(self, name: str) -> int | None:
+        """The number of dims of tensor ``name``: that of the view it was made (``x = x.reshape(-1, H, D)``:
+        3), else asserted or unpacked."""
+        return self._rank_of_view(self.f.exprs.get(name)) or self.f.ranks.get(self.f.view_of.get(name, name))
+
+    @staticmethod
+    def _rank_of_view(value: ast.AST | None) -> int | None:
+        """``x.view(a, b, c)`` / ``x.reshape((a, b))`` -> its number of sizes."""
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("view", "reshape") \
+                and value.args and not any(isinstance(a, ast.Starred) for a in value.args):
+            args = value.args[0].elts if len(value.args) == 1 and isinstance(value.args[0], (ast.Tuple, ast.List)) \
+                else value.args
+            if len(value.args) == 1 and isinstance(value.args[0], ast.Constant):
+                return 1
+            return len(args) if not any(isinstance(a, ast.Starred) for a in args) else None
+        return None
+
+    def _taken(self, node: ast.AST) -> ast.AST:
+        """``x.stride(0) if not is_varlen else 0``: the branch the judged path takes, where it decides."""
+        for _ in range(4):
+            if not isinstance(node, ast.IfExp) or (taken := self.truth(node.test)) is None:
+                break
+            node = node.body if taken else node.orelse
+        return node
+
+    def _spread_needs(self, node: ast.IfExp) -> None:
+        """``*(b.stride(0), b.stride(1)) if b is not None else 0``: with b None the launch spreads a number,
+        a TypeError before any kernel runs (mamba-ssm's launchers pass their Optional bias so), so b is
+        required on every path that runs."""
+        test = node.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)
+                and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and isinstance(test.comparators[0], ast.Constant)
+                and test.comparators[0].value is None and self.f.param(test.left.id)):
+            return
+        when_none = node.orelse if isinstance(test.ops[0], ast.IsNot) else node.body
+        if isinstance(when_none, ast.Constant) and not isinstance(when_none.value, (str, bytes)):
+            self.f.required.add(test.left.id)
+
     def _bind(self, call: ast.Call) -> dict[str, ast.AST]:
         params = self.kernels[call.func.value.id]
-        out = {p: a for p, a in zip(params, call.args) if not isinstance(a, ast.Starred)}
+        args: list[ast.AST] = []
+        for a in call.args:
+            if not isinstance(a, ast.Starred):
+                args.append(self._taken(a))
+                continue
+            spread = self._spread(a.value)
+            if spread is None:  # how many positions it fills is not known: the later ones are unbound
+                break
+            args.extend(spread)
+        out = dict(zip(params, args))
         for kw in call.keywords:
             if kw.arg:
-                out[kw.arg] = kw.value
+                out[kw.arg] = self._taken(kw.value)
             elif isinstance(kw.value, ast.Name):  # **kwargs of a local dict(a=x, ...) or {"a": x, ...}
                 out.update(_dict_items(self.f.exprs.get(kw.value.id)))
         return out

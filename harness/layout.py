@@ -26,7 +26,8 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
         if rank is None and set(axes) == {0, -1}:  # x.shape[0] and x.shape[-1] read (x.view(-1, D)): [N, D]
             rank = 2
             st.notes.append(f"'{t}' taken as 2-D [{axes[0]}, {axes[-1]}]: the launcher reads its first and last dims")
-        if rank is not None and all(any(a % rank == i for a in axes) for i in range(rank)):
+        if rank is not None and all(-rank <= a < rank for a in axes) \
+                and all(any(a % rank == i for a in axes) for i in range(rank)):
             st.shapes[t] = tuple(axes.get(i) or axes.get(i - rank) for i in range(rank))
     for _ in range(3):
         for (a, i), (b, j) in lf.same_dim:
@@ -76,6 +77,8 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
             if shape is not None:
                 st.notes.append(f"'{t}' {list(shape)}: no kernel launched here reads it; the launcher reads its dims"
                                 f" {dict(sorted(lf.axes[t].items()))} (the rest taken as 1)")
+        if shape is None and t in lf.unnamed and lf.ranks.get(t):
+            shape = _unnamed_shape(st, t, lf.ranks[t])
         if shape is None:
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
@@ -85,6 +88,25 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)
+
+
+def _unnamed_shape(st: State, tensor: str, rank: int) -> tuple[str, ...] | None:
+    """A tensor unpacked with ``_`` for some axes (``_, N = b.shape``) whose addressing does not size them:
+    each such axis a dim of its own, named after the tensor and axis (``b_0``), the others as unpacked."""
+    axes = st.lf.axes.get(tensor, {})
+    unnamed = {a % rank for a in st.lf.unnamed[tensor]}
+    shape = []
+    for i in range(rank):
+        dim = axes.get(i) or axes.get(i - rank)
+        if dim is None and i in unnamed:
+            dim = f"{tensor}_{i}"
+            st.lf.dims.setdefault(dim, (tensor, i))
+            st.notes.append(f"'{tensor}': axis {i}, unpacked into '_' and not sized by the kernel's addressing,"
+                            f" is a dim of its own, {dim}")
+        if dim is None:
+            return None
+        shape.append(dim)
+    return tuple(shape)
 
 
 _NOT_SIZES = ("mask<", "loop:", "load:", "arange(", "pid")

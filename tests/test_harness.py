@@ -430,7 +430,11 @@ def test_a_kernel_with_relative_imports_is_judged_in_its_package(mutant, tmp_pat
     assert result.accepted == (mutant is None), result.reasons
 
 
-def test_a_package_that_does_not_import_is_named(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mutant", [None, "sign"])
+def test_a_package_whose_init_does_not_import(tmp_path, monkeypatch, mutant):
+    """The package's ``__init__`` imports what this machine lacks (mamba-ssm's imports its compiled scan,
+    sglang's a JSON library): the kernel module and its helpers load without it, the report says so, and
+    the gate still tells a copy from a mutant."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     root = tmp_path / "proj2" / "brokenpkg"
     for rel, text in PACKAGED.items():
@@ -438,8 +442,78 @@ def test_a_package_that_does_not_import_is_named(tmp_path, monkeypatch):
         (root / rel).write_text(text)
     (root / "__init__.py").write_text("import a_module_nobody_has\n")
     target = root / "ops" / "scale.py"
+    text = target.read_text() if mutant is None else target.read_text().replace(
+        "b_x * alpha + _square(b_x)", "b_x * alpha - _square(b_x)")
+    result = _judge(target, text, tmp_path, mutant or "copy", "float32")
+    assert result.error is None, result.error
+    assert result.accepted == (mutant is None), result.reasons
+    assert any("package brokenpkg:" in n and "a_module_nobody_has" in n for n in result.notes), result.notes
+
+
+def test_a_helper_module_that_does_not_import_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "proj3" / "brokenpkg"
+    for rel, text in PACKAGED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "ops" / "utils.py").write_text("import a_module_nobody_has\n" + PACKAGED["ops/utils.py"])
+    target = root / "ops" / "scale.py"
     result = _judge(target, target.read_text(), tmp_path, "copy", "float32")
-    assert result.error and "brokenpkg.ops" in result.error and "a_module_nobody_has" in result.error, result.error
+    assert result.error and "does not import" in result.error and "a_module_nobody_has" in result.error, result.error
+
+
+SELF_IMPORT = {  # a kernel importing its own package's helper by absolute name, as mamba-ssm's files do
+    "selfpkg/__init__.py": "import a_module_nobody_has\n",
+    "selfpkg/ops/__init__.py": "",
+    "selfpkg/ops/act.py": '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softplus(x):
+    return tl.log(tl.exp(x) + 1)
+''',
+    "selfpkg/ops/step.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+from selfpkg.ops.act import softplus
+
+
+@triton.jit
+def _step_kernel(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    b_x = tl.load(x + tl.program_id(0) * n + offs, mask=m, other=0.0)
+    tl.store(y + tl.program_id(0) * n + offs, softplus(b_x) * 2.0, mask=m)
+
+
+def step(x: torch.Tensor) -> torch.Tensor:
+    R, n = x.shape
+    y = torch.empty_like(x)
+    with torch.cuda.device(x.device.index):
+        _step_kernel[(R,)](x, y, n, BLOCK=triton.next_power_of_2(n))
+    return y
+''',
+}
+
+
+@pytest.mark.parametrize("mutant", [None, "scale"])
+def test_absolute_imports_of_its_own_package(tmp_path, monkeypatch, mutant):
+    """``from selfpkg.ops.act import softplus`` in ``selfpkg/ops/step.py``, selfpkg not installed and its
+    ``__init__`` broken here, and a launcher that enters ``torch.cuda.device(x.device.index)``: judged on
+    the CPU all the same, a copy accepted and a mutant rejected."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for rel, text in SELF_IMPORT.items():
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_text(text)
+    target = tmp_path / "src" / "selfpkg" / "ops" / "step.py"
+    text = target.read_text() if mutant is None else target.read_text().replace("* 2.0", "* 2.01")
+    result = _judge(target, text, tmp_path, mutant or "copy", "float32")
+    assert result.error is None, result.error
+    assert result.accepted == (mutant is None), result.reasons
 
 
 VARLEN = {  # (file, mutant: (old, new)), the first occurrence replaced: the forward kernel's

@@ -216,6 +216,7 @@ class _Judgement:
             except OracleFailed as exc:
                 self.error = str(exc)
                 return
+            self.notes.extend(client.load_notes)
             candidate = self._start_candidate()
             self._judge(client, candidate)
         except WorkerLost as lost:

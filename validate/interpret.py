@@ -148,6 +148,30 @@ def float_scalars_as_tensors() -> bool:
     return True
 
 
+def cuda_device_scopes_on_cpu() -> bool:
+    """Let ``with torch.cuda.device(x.device.index):`` run when x lives on the CPU.
+
+    Launchers enter their tensors' CUDA device before launching (mamba-ssm's and vLLM's state updates,
+    FLA's device guards); a CPU tensor's ``device.index`` is None, which ``torch.cuda.device`` refuses
+    ("'<' not supported between 'NoneType' and 'int'"), so the *original* fails in the interpreter before
+    any kernel runs. torch itself treats index -1 as "no device change": None is taken as that. Only in the
+    CPU workers, where no CUDA device exists to be entered. Returns whether it applied.
+    """
+    import torch
+
+    scope = torch.cuda.device
+    init = scope.__init__
+    if getattr(init, "_skel_cpu", False):
+        return True
+
+    def cpu_init(self, device):
+        init(self, -1 if device is None or (isinstance(device, torch.device) and device.type == "cpu") else device)
+
+    cpu_init._skel_cpu = True
+    scope.__init__ = cpu_init
+    return True
+
+
 def loop_indices_as_tensors() -> bool:
     """Give a ``range`` / ``tl.range`` loop index the compiled type: an integer scalar tensor.
 

@@ -261,9 +261,10 @@ class ShapeJudge:
             self.notes.append(case.note)
         for name, base in case.base.items():
             case.ref.setdefault(name, base)
-            tol = calibrated(base, case.ref[name], case.pert.get(name))
+            center = case.ref[name] if case.pert_of == "ref" else base  # what the perturbed run moved away from
+            tol = calibrated(base, case.ref[name], case.pert.get(name), center)
             w = self._worst(name)
-            w.sensitivity = max(w.sensitivity, sensitivity(base, case.pert.get(name)))
+            w.sensitivity = max(w.sensitivity, sensitivity(center, case.pert.get(name)))
             self._case_tol[name] = tol
             key = dtype_name(base.dtype)
             old = self.calibrated.get(key)

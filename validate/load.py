@@ -141,35 +141,98 @@ def enclosing_package(path: Path) -> tuple[str, Path] | None:
     return (".".join(parts), folder) if parts else None
 
 
-def relative_imports(path: Path) -> bool:
-    """Whether the file imports relatively (``from . import x``, ``from ..pkg import y``)."""
+def _imports(path: Path) -> tuple[bool, tuple[str, ...]]:
+    """Whether the file imports relatively (``from . import x``), and the modules it imports absolutely."""
     import ast
 
     try:
         tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError):
-        return False
-    return any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
+        return False, ()
+    relative, absolute = False, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            relative |= bool(node.level)
+            if not node.level and node.module:
+                absolute.append(node.module)
+        elif isinstance(node, ast.Import):
+            absolute += [a.name for a in node.names]
+    return relative, tuple(absolute)
+
+
+def relative_imports(path: Path) -> bool:
+    """Whether the file imports relatively (``from . import x``, ``from ..pkg import y``)."""
+    return _imports(path)[0]
+
+
+# packages whose ``__init__`` failed here and were set up without running it (load_notes() reports them)
+_UNINITIALISED: dict[str, str] = {}
+
+
+def load_notes() -> tuple[str, ...]:
+    """What loading kernel files had to work around: packages whose ``__init__`` does not import here."""
+    return tuple(f"package {name}: its __init__ does not import here ({why}); its modules were loaded without it"
+                 for name, why in sorted(_UNINITIALISED.items()))
+
+
+def _ensure_package(package: str, root: Path) -> None:
+    """``package`` imported, or, when its ``__init__`` fails here (a CUDA extension the package imports
+    eagerly, a dependency of another part of it: mamba-ssm's ``__init__`` imports its compiled selective
+    scan, sglang's a JSON library), registered without running it, so that its kernel modules and their
+    helpers still load. Parents first."""
+    parts = package.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+            continue
+        except Exception as exc:
+            for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+                sys.modules.pop(loaded, None)  # what the failed __init__ left half-built
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        folder = root.joinpath(*parts[:i])
+        init = folder / "__init__.py"
+        if not init.is_file():
+            raise ImportError(f"package {name} does not import ({why}) and has no __init__.py under {root}")
+        module_spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        if i > 1:
+            setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], module)
+        _UNINITIALISED[name] = why
 
 
 def _package_for(path: Path, anchor: Path) -> str | None:
-    """The package to import ``path`` under, imported first: only for a file with relative imports (any
-    other file runs standalone, its package's ``__init__`` never executed for nothing)."""
-    if not relative_imports(path):
-        return None
+    """The package to import ``path`` under, its packages imported first: for a file with relative imports,
+    or one that imports modules of its own package by absolute name (``from mamba_ssm.ops.triton.softplus
+    import softplus`` in ``mamba_ssm/ops/triton/``: the folder above the package goes on ``sys.path`` when
+    that package is not installed). Any other file runs standalone, its package's ``__init__`` never executed
+    for nothing."""
+    relative, absolute = _imports(path)
     found = enclosing_package(anchor)
-    if found is None:
+    if relative and found is None:
         raise ImportError(f"{anchor} imports relatively but is not inside a package (no __init__.py beside it):"
                           " judge it where it lives in its package")
+    if found is None:
+        return None
     package, root = found
-    if importlib.util.find_spec(package.split(".")[0]) is None:
+    top = package.split(".")[0]
+    own = [m for m in absolute if m.split(".")[0] == top]
+    if not relative and not own:
+        return None
+    if importlib.util.find_spec(top) is None:
         sys.path.append(str(root))
     try:
-        importlib.import_module(package)
+        if relative:
+            _ensure_package(package, root)
+        for module in own:  # the packages above each module it names (the module itself it imports)
+            if "." in module:
+                _ensure_package(module.rsplit(".", 1)[0], root)
     except Exception as exc:
-        raise ImportError(f"its package {package} (relative imports) does not import:"
-                          f" {type(exc).__name__}: {exc}") from exc
-    return package
+        raise ImportError(f"its package {package} does not import: {type(exc).__name__}: {exc}") from exc
+    return package if relative else None
 
 
 def load_spec(path: str | Path):

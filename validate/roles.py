@@ -33,6 +33,7 @@ class Case:
     note: str = ""
     x64: dict[str, Any] = field(default_factory=dict)  # the project's reference on float64 inputs (a second oracle)
     cross_note: str = ""  # why that reference gave nothing for this case
+    pert_of: str = "base"  # "pert" ran on the upcast inputs one float32 ulp away ("ref"), or on the inputs' own
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -67,6 +68,7 @@ def _split(tensors: dict[str, Any]) -> dict[str, dict[str, Any]]:
 class OracleClient:
     def __init__(self, worker: Worker, deadline: Deadline):
         self.worker, self.deadline = worker, deadline
+        self.load_notes: tuple[str, ...] = ()
 
     def ask(self, message: dict, doing: str) -> dict:
         reply = self.worker.request(message, self.deadline.left(), doing)
@@ -77,7 +79,9 @@ class OracleClient:
         return reply
 
     def hello(self, load_kernel: bool = True) -> SpecInfo:
-        return SpecInfo.from_json(self.ask({"op": "hello", "load_kernel": load_kernel}, "loading the spec")["spec"])
+        reply = self.ask({"op": "hello", "load_kernel": load_kernel}, "loading the spec")
+        self.load_notes = tuple(reply.get("notes", ()))  # what loading the original had to work around
+        return SpecInfo.from_json(reply["spec"])
 
     def describe(self, shapes: list[Shape], dtype: str) -> tuple[dict[str, tuple[int, int]], tuple[str, ...]]:
         reply = self.ask({"op": "describe", "shapes": [s.label for s in shapes], "dtype": dtype},
@@ -90,7 +94,7 @@ class OracleClient:
         groups = _split(self.worker.fetch(reply, self.deadline.left(), doing))
         return Case(groups.get("in", {}), reply.get("values", {}), groups.get("ref", {}), groups.get("base", {}),
                     reply.get("original_failure"), groups.get("pert", {}), str(reply.get("upcast_note", "")),
-                    groups.get("x64", {}), str(reply.get("cross_note", "")))
+                    groups.get("x64", {}), str(reply.get("cross_note", "")), str(reply.get("pert_of", "base")))
 
     def check(self, name: str, got: Any) -> str | None:
         descriptor, new, fds = self.worker.upload({"got": got})

@@ -113,10 +113,11 @@ class Role:
         its builtins (``exp = tl.exp``, libdevice) bound late."""
         if self.device == "cpu":
             from skel.validate.bounds import bounds_checked
-            from skel.validate.interpret import (bf16_on_values, float_scalars_as_tensors, late_bind_aliases,
-                                                 loop_indices_as_tensors, one_config_autotune)
+            from skel.validate.interpret import (bf16_on_values, cuda_device_scopes_on_cpu, float_scalars_as_tensors,
+                                                 late_bind_aliases, loop_indices_as_tensors, one_config_autotune)
 
             bounds_checked()
+            cuda_device_scopes_on_cpu()
             float_scalars_as_tensors()
             loop_indices_as_tensors()
             bf16_on_values()
@@ -184,7 +185,7 @@ class Oracle(Role):
         return {"error": f"the spec or original kernel failed ({op}): {describe_exception(exc, where)}"}
 
     def op_hello(self, message: dict) -> dict:
-        from skel.validate.load import TargetError, load_module, load_spec
+        from skel.validate.load import TargetError, load_module, load_notes, load_spec
         from skel.validate.numerics import describe_exception
 
         try:
@@ -205,7 +206,7 @@ class Oracle(Role):
         self.kernel = kernel
         if not callable(self.original):
             return {"error": f"the original kernel {kernel} defines no launcher '{entry}'"}
-        return {"spec": info}
+        return {"spec": info, "notes": list(load_notes())}
 
     def op_infer_dims(self, message: dict) -> dict:
         from skel.validate.spec import infer_dims
@@ -253,19 +254,27 @@ class Oracle(Role):
 
     def _self_oracle(self, inputs: dict, seed: int, reply: dict) -> list[tuple[str, Any]]:
         """Without a reference: the original on upcast inputs ("ref") and on inputs one ulp away ("pert");
-        the judge calibrates the accepted error from them (``calibrate``)."""
+        the judge calibrates the accepted error from them (``calibrate``). The ulp is the compute precision's:
+        the upcast inputs moved by one float32 ulp (``pert_of`` "ref"), the inputs' own dtype only where the
+        launcher refuses float32 (``pert_of`` "base")."""
         from skel.validate.calibrate import perturbed, upcast
         from skel.validate.numerics import CallFailed, run_call
 
         spec, named = self.spec, []
-        wide = upcast(inputs)
+        wide, pert = upcast(inputs), None
         if wide is not None:
+            moved = perturbed(wide, seed)  # before the upcast run updates its in-place inputs
             try:
                 ref = run_call(self.original, wide, spec.outputs, spec.inplace, self.device, self.kernel)
                 named += [(f"ref.{k}", v) for k, v in ref.outputs.items()]
+                pert = run_call(self.original, moved, spec.outputs, spec.inplace, self.device, self.kernel)
+                reply["pert_of"] = "ref"
             except CallFailed as exc:
                 reply["upcast_note"] = f"the original refuses float32 inputs ({exc}); its own run is the reference"
-        pert = run_call(self.original, perturbed(inputs, seed), spec.outputs, spec.inplace, self.device, self.kernel)
+        if pert is None:
+            pert = run_call(self.original, perturbed(inputs, seed), spec.outputs, spec.inplace, self.device,
+                            self.kernel)
+            reply["pert_of"] = "base"
         named += [(f"pert.{k}", v) for k, v in pert.outputs.items()]
         return named
 
