@@ -1,0 +1,192 @@
+"""Zero-config harnesses for kernels written the way Mamba-style state updates and serving stacks write
+them (mamba-ssm's and vLLM's ``selective_state_update``, lmdeploy's reductions), on kernels of our own:
+
+- program ids named by keyword (``tl.program_id(axis=2)``), each its own grid axis;
+- shapes asserted as tuples (``assert A.shape == (nheads, dim, dstate)``) and ``_`` in an unpacking,
+  which names no dim: the kernel's addressing sizes that axis (here the batch the grid runs over);
+- an Optional bias whose strides are spread as ``*(b.stride(0), b.stride(1)) if b is not None else 0``
+  (the positions after it bound right, and the bias required: ``*0`` fails before any kernel runs);
+- a pointer copied before it is moved (``dst = state_ptr + ...`` then ``state_ptr += ...``);
+- a local flag deciding a launch argument (``x.stride(0) if not is_packed else 0``);
+- ``exp(A * dt)``: a rate times a step, drawn as a decay (A < 0 < dt), so that the state stays bounded
+  and every term of the update shows in the output;
+- ``torch.cuda.device(x.device.index)`` around the launch, which the CPU interpreter runs;
+- ``*x.stride()`` of a tensor the launcher reshapes (``x = x.reshape(-1, hc, dim)``): a 3-D layout.
+Each is judged through the gate on the CPU: an identical copy accepted, semantic mutants rejected.
+"""
+from __future__ import annotations
+
+import pytest
+
+from skel.harness.infer import infer
+from test_harness_run import _judge
+
+STATE_UPDATE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"HAS_BIAS": lambda args: args["bias_ptr"] is not None})
+@triton.heuristics({"IS_PACKED": lambda args: args["offsets_ptr"] is not None})
+@triton.jit
+def _state_step_kernel(state_ptr, x_ptr, dt_ptr, bias_ptr, a_ptr, b_ptr, c_ptr, d_ptr, out_ptr, offsets_ptr,
+                       dim, dstate, group_ratio,
+                       s_sb, s_sh, s_sd, s_sn,
+                       s_xb, s_xh, s_xd,
+                       s_tb, s_th, s_td,
+                       s_bh, s_bd,
+                       s_ah, s_ad, s_an,
+                       s_Bb, s_Bg, s_Bn,
+                       s_dh, s_dd,
+                       s_ob, s_oh, s_od,
+                       HAS_BIAS: tl.constexpr, IS_PACKED: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid_m = tl.program_id(axis=0)
+    pid_b = tl.program_id(axis=1)
+    pid_h = tl.program_id(axis=2)
+    if IS_PACKED:
+        row = tl.load(offsets_ptr + pid_b)
+    else:
+        row = pid_b
+    dst_ptr = state_ptr + pid_b * s_sb + pid_h * s_sh
+    state_ptr += pid_b * s_sb + pid_h * s_sh
+    x_ptr += row * s_xb + pid_h * s_xh
+    dt_ptr += row * s_tb + pid_h * s_th
+    a_ptr += pid_h * s_ah
+    b_ptr += row * s_Bb + (pid_h // group_ratio) * s_Bg
+    c_ptr += row * s_Bb + (pid_h // group_ratio) * s_Bg
+    out_ptr += row * s_ob + pid_h * s_oh
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < dim) & (offs_n[None, :] < dstate)
+    state = tl.load(state_ptr + offs_m[:, None] * s_sd + offs_n[None, :] * s_sn, mask=mask, other=0.0)
+    x = tl.load(x_ptr + offs_m * s_xd, mask=offs_m < dim, other=0.0).to(tl.float32)
+    dt = tl.load(dt_ptr + offs_m * s_td, mask=offs_m < dim, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        dt += tl.load(bias_ptr + pid_h * s_bh + offs_m * s_bd, mask=offs_m < dim, other=0.0).to(tl.float32)
+    A = tl.load(a_ptr + offs_m[:, None] * s_ad + offs_n[None, :] * s_an, mask=mask, other=0.0).to(tl.float32)
+    dA = tl.exp(A * dt[:, None])
+    B = tl.load(b_ptr + offs_n * s_Bn, mask=offs_n < dstate, other=0.0).to(tl.float32)
+    C = tl.load(c_ptr + offs_n * s_Bn, mask=offs_n < dstate, other=0.0).to(tl.float32)
+    D = tl.load(d_ptr + pid_h * s_dh + offs_m * s_dd, mask=offs_m < dim, other=0.0).to(tl.float32)
+    state = state * dA + B[None, :] * dt[:, None] * x[:, None]
+    tl.store(dst_ptr + offs_m[:, None] * s_sd + offs_n[None, :] * s_sn, state, mask=mask)
+    out = tl.sum(state * C[None, :], axis=1)
+    out += x * D
+    tl.store(out_ptr + offs_m * s_od, out, mask=offs_m < dim)
+
+
+def state_step(state, x, dt, A, B, C, D, dt_bias=None, offsets=None):
+    """state [batch, nheads, dim, dstate] updated in place; x, dt [batch, nheads, dim]; A [nheads, dim, dstate];
+    B, C [batch, ngroups, dstate]; D, dt_bias [nheads, dim]. Returns out [batch, nheads, dim]."""
+    _, nheads, dim, dstate = state.shape
+    batch = x.shape[0]
+    assert x.shape == (batch, nheads, dim)
+    assert dt.shape == x.shape
+    assert A.shape == (nheads, dim, dstate)
+    ngroups = B.shape[1]
+    assert nheads % ngroups == 0
+    assert B.shape == (batch, ngroups, dstate)
+    assert C.shape == B.shape
+    assert D.shape == (nheads, dim)
+    is_packed = offsets is not None
+    out = torch.empty_like(x)
+    BLOCK_M = 16
+    grid = (triton.cdiv(dim, BLOCK_M), batch, nheads)
+    with torch.cuda.device(x.device.index):
+        _state_step_kernel[grid](
+            state, x, dt, dt_bias, A, B, C, D, out, offsets,
+            dim, dstate, nheads // ngroups,
+            *state.stride(),
+            x.stride(0) if not is_packed else 0, x.stride(1), x.stride(2),
+            dt.stride(0), dt.stride(1), dt.stride(2),
+            *(dt_bias.stride(0), dt_bias.stride(1)) if dt_bias is not None else 0,
+            A.stride(0), A.stride(1), A.stride(2),
+            B.stride(0), B.stride(1), B.stride(2),
+            D.stride(0), D.stride(1),
+            out.stride(0), out.stride(1), out.stride(2),
+            BLOCK_M=BLOCK_M, BLOCK_N=triton.next_power_of_2(dstate),
+        )
+    return out
+'''
+
+REDUCE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mix_kernel(x_ptr, w_ptr, out_ptr, s_xn, s_xh, s_xd, s_wn, s_wh, s_on, s_od,
+                dim: tl.constexpr, hc: tl.constexpr, BLOCK_D: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    m = offs < dim
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for h in range(hc):
+        w = tl.load(w_ptr + row * s_wn + h * s_wh).to(tl.float32)
+        acc += w * tl.load(x_ptr + row * s_xn + h * s_xh + offs * s_xd, mask=m, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * s_on + offs * s_od, acc, mask=m)
+
+
+def mix_streams(x: torch.Tensor, w: torch.Tensor, hc: int) -> torch.Tensor:
+    """x [..., hc, dim], w [..., hc] -> [..., dim]: the streams mixed by their weights."""
+    dim = x.size(-1)
+    out = torch.empty((*x.shape[:-2], dim), device=x.device, dtype=x.dtype)
+    x = x.reshape(-1, hc, dim)
+    w = w.reshape(-1, hc)
+    out2 = out.reshape(-1, dim)
+    rows = x.size(0)
+    _mix_kernel[(rows, triton.cdiv(dim, 32))](x, w, out2, *x.stride(), *w.stride(), *out2.stride(), dim, hc, 32)
+    return out
+'''
+
+
+def test_the_state_update_harness_reads_the_code(tmp_path):
+    h = infer(tmp_path / "ssu.py", STATE_UPDATE)
+    shapes = {t.name: t.dims for t in h.tensors}
+    assert shapes == {"state": ("batch", "nheads", "dim", "dstate"), "x": ("batch", "nheads", "dim"),
+                      "dt": ("batch", "nheads", "dim"), "A": ("nheads", "dim", "dstate"),
+                      "B": ("batch", "ngroups", "dstate"), "C": ("batch", "ngroups", "dstate"),
+                      "D": ("nheads", "dim"), "dt_bias": ("nheads", "dim")}, shapes
+    regimes = {t.name: t.values for t in h.tensors}
+    assert regimes["A"] == "log-decay" and regimes["dt"] == "positive" and regimes["dt_bias"] == "positive"
+    assert "offsets" not in shapes  # Optional, off on the default path
+    assert any("dt_bias: required" in n for n in h.notes), h.notes
+    assert next(d for d in h.dims if d.name == "batch").role == "batch"
+    assert h.inplace == ("state",) and h.outputs == ("out",)
+
+
+def test_a_reshaped_tensor_spread_by_its_strides(tmp_path):
+    h = infer(tmp_path / "mix.py", REDUCE)
+    shapes = {t.name: t.dims for t in h.tensors}
+    assert len(shapes["x"]) == 3 and shapes["x"][1:] == ("hc", "dim"), shapes
+    assert shapes["w"] == (shapes["x"][0], "hc"), shapes
+
+
+GATE_CASES = {  # case: (source, launcher, dtype, mutant (old, new))
+    "sign": (STATE_UPDATE, "state_step", "bfloat16", ("out += x * D", "out -= x * D")),
+    "dropped term": (STATE_UPDATE, "state_step", "bfloat16",
+                     ("state = state * dA + B[None, :] * dt[:, None] * x[:, None]", "state = state * dA")),
+    "off-by-one mask": (STATE_UPDATE, "state_step", "bfloat16",
+                        ("tl.store(out_ptr + offs_m * s_od, out, mask=offs_m < dim)",
+                         "tl.store(out_ptr + offs_m * s_od, out, mask=offs_m < dim - 1)")),
+    "wrong index": (STATE_UPDATE, "state_step", "bfloat16",
+                    ("b_ptr += row * s_Bb + (pid_h // group_ratio)", "b_ptr += row * s_Bb + (pid_h % group_ratio)")),
+    "reduce": (REDUCE, "mix_streams", "float32", ("acc += w *", "acc += 0.5 * w *")),
+}
+
+
+@pytest.mark.parametrize("case", list(GATE_CASES))
+def test_zero_config_gate_on_a_state_update(case, tmp_path, monkeypatch):
+    source, entry, dtype, mutation = GATE_CASES[case]
+    for sub in ("copy", "mutant"):
+        (tmp_path / sub).mkdir()
+    copy = _judge(tmp_path / "copy", monkeypatch, source, entry, entry, dtype) if case in ("sign", "reduce") else None
+    if copy is not None:
+        assert copy.error is None and copy.accepted, (copy.error, copy.reasons)
+    mutant = _judge(tmp_path / "mutant", monkeypatch, source, entry, entry, dtype, mutation)
+    assert mutant.error is None, mutant.error
+    assert not mutant.accepted, mutant.reasons
