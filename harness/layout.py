@@ -493,7 +493,7 @@ def _known_part(st: State, tensor: str, roots: tuple[str, ...], outer: bool, fir
     if len(roots) == 1 and roots[0].startswith("loop:") and roots[0][5:] in dims:
         bound = roots[0][5:]  # a loop index spans [0, its stop)
     if len(roots) == 1 and bound is None:
-        bound = _min_bound(roots[0], st, dims) or _arange_bound(roots[0], st, dims)
+        bound = _min_bound(roots[0], st, dims) or _arange_bound(roots[0], st, dims) or _mod_bound(roots[0], st, dims)
     span = _span(st, tensor, roots, outer, polys, known, dims)
     grid = grid_spans(st)
     if first and bound and not outer:
@@ -522,6 +522,14 @@ def launcher_dim(st: State, kparam: str, dims: set[str]) -> str | None:
     name = st.binding.get(kparam, kparam)
     name = st.lf.dim_alias.get(name, name)
     return name if name in dims else None
+
+
+def _mod_bound(root: str, st: State, dims: set[str]) -> str | None:
+    """``i_hv = i_nh % HV``: a remainder spans [0, HV) (an index split off a flattened program id)."""
+    value = st.kf.root_defs.get(root)
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and isinstance(value.right, ast.Name):
+        return launcher_dim(st, value.right.id, dims)
+    return None
 
 
 def _min_bound(root: str, st: State, dims: set[str]) -> str | None:

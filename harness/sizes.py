@@ -22,7 +22,7 @@ class Size:
     why: str
 
 
-class _Translate:
+class Translate:
     """Launcher (or kernel, through the launch's binding) expressions as Python over dim names."""
 
     def __init__(self, lf: LauncherFacts, dims: set[str], module: dict[str, object]):
@@ -107,7 +107,7 @@ def resolve_sizes(lf: LauncherFacts, names: set[str], dims: set[str], module: di
     """Each of ``names`` (factors of the launcher's addresses that are no dim) that is a size: from the
     launcher's own local or argument of that name, else from the kernel's local of that name over its
     parameters (translated through ``binding``). Returns the sizes and the free dims they use."""
-    tr = _Translate(lf, dims, module)
+    tr = Translate(lf, dims, module)
     out: dict[str, Size] = {}
     for name in sorted(names):
         code = tr.name(name, 0) if (name in lf.exprs or lf.param(lf.aliases.get(name, name)) or name in lf.aliases) \

@@ -27,6 +27,7 @@ class State:
     free: set[str] = field(default_factory=set)  # required int arguments the sizes are made of (chunk_size)
     rows: dict[str, str] = field(default_factory=dict)  # program id over rows the launcher counts -> its dim
     why: dict[str, str] = field(default_factory=dict)  # tensor -> why its layout cannot be read (for the refusal)
+    counted: set[str] = field(default_factory=set)  # counts the launcher splits a packed width into (harness.packed)
 
 
 

@@ -7,7 +7,10 @@ from typing import Callable
 
 
 def truth(test: ast.AST, leaf: Callable[[ast.AST], bool | None]) -> bool | None:
-    """``not``, ``and`` and ``or`` over ``leaf``, which decides (or not) every other condition."""
+    """``not``, ``and`` and ``or`` over ``leaf``, which decides (or not) every other condition; a literal
+    (``IS_KDA=False`` at a launch) is its own truth."""
+    if isinstance(test, ast.Constant) and isinstance(test.value, (bool, int, type(None))):
+        return bool(test.value)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = truth(test.operand, leaf)
         return None if inner is None else not inner

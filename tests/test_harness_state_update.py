@@ -143,6 +143,73 @@ def mix_streams(x: torch.Tensor, w: torch.Tensor, hc: int) -> torch.Tensor:
     return out
 '''
 
+PACKED_DECODE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _packed_step_kernel(qkv, a, b, A_log, dt_bias, o, pool, slots, scale, s_qkv, s_ab, s_pool,
+                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                        BK: tl.constexpr, BV: tl.constexpr):
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_k = o_k < K
+    mask_v = o_v < V
+    mask_h = mask_v[:, None] & mask_k[None, :]
+    slot = tl.load(slots + i_n).to(tl.int64)
+    p_o = o + (i_n * HV + i_hv) * V + o_v
+    if slot < 0:
+        tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(p_o.dtype.element_ty), mask=mask_v)
+        return
+    p_h = pool + slot * s_pool + i_hv * V * K + o_v[:, None] * K + o_k[None, :]
+    b_h = tl.load(p_h, mask=mask_h, other=0).to(tl.float32)
+    row = qkv + i_n * s_qkv
+    b_q = tl.load(row + i_h * K + o_k, mask=mask_k, other=0).to(tl.float32) * scale
+    b_k = tl.load(row + H * K + i_h * K + o_k, mask=mask_k, other=0).to(tl.float32)
+    b_v = tl.load(row + 2 * H * K + i_hv * V + o_v, mask=mask_v, other=0).to(tl.float32)
+    x = tl.load(a + i_n * s_ab + i_hv).to(tl.float32) + tl.load(dt_bias + i_hv).to(tl.float32)
+    g = -tl.exp(tl.load(A_log + i_hv).to(tl.float32)) * tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
+    beta = tl.sigmoid(tl.load(b + i_n * s_ab + i_hv).to(tl.float32))
+    b_h *= tl.exp(g)
+    b_v -= tl.sum(b_h * b_k[None, :], 1)
+    b_v *= beta
+    b_h += b_v[:, None] * b_k[None, :]
+    tl.store(p_o, tl.sum(b_h * b_q[None, :], 1).to(p_o.dtype.element_ty), mask=mask_v)
+    tl.store(p_h, b_h, mask=mask_h)
+
+
+def packed_decode_step(qkv, a, b, A_log, dt_bias, scale, pool, out, slots):
+    \"\"\"One decode step of a gated delta rule, serving-style: q, k and v packed in one row of ``qkv``
+    [B, 2*H*K + HV*V], the state kept in a pool [POOL, HV, V, K] at the rows ``slots`` [B] name (-1: a
+    padded request, skipped), ``out`` [B, HV, V] preallocated.\"\"\"
+    if qkv.ndim != 2:
+        raise ValueError("qkv must be 2-D")
+    B = qkv.shape[0]
+    HV, V, K = pool.shape[-3:]
+    if a.shape != (B, HV) or b.shape != (B, HV):
+        raise ValueError("a and b must be [B, HV]")
+    width = qkv.shape[1]
+    qk = width - HV * V
+    if qk <= 0 or qk % 2 != 0:
+        raise ValueError("bad packed width")
+    q_width = qk // 2
+    if q_width % K != 0:
+        raise ValueError("q width must be a multiple of K")
+    H = q_width // K
+    if HV % H != 0:
+        raise ValueError("HV must be a multiple of H")
+    BV = min(triton.next_power_of_2(V), 32)
+    grid = (triton.cdiv(V, BV), B * HV)
+    _packed_step_kernel[grid](qkv, a, b, A_log, dt_bias, out, pool, slots, scale, qkv.stride(0), a.stride(0),
+                              pool.stride(0), H=H, HV=HV, K=K, V=V, BK=triton.next_power_of_2(K), BV=BV)
+    return out, pool
+'''
+
 
 def test_the_state_update_harness_reads_the_code(tmp_path):
     h = infer(tmp_path / "ssu.py", STATE_UPDATE)
@@ -157,6 +224,18 @@ def test_the_state_update_harness_reads_the_code(tmp_path):
     assert any("dt_bias: required" in n for n in h.notes), h.notes
     assert next(d for d in h.dims if d.name == "batch").role == "batch"
     assert h.inplace == ("state",) and h.outputs == ("out",)
+
+
+def test_a_packed_width_is_computed_from_the_counts_it_splits_into(tmp_path):
+    """``H = ((width - HV*V) // 2) // K`` passed to the kernel: H is the dim, the width 2*H*K + HV*V (a width
+    drawn on its own fails the launcher's own checks); the pool and its padded slots are read as such."""
+    h = infer(tmp_path / "packed.py", PACKED_DECODE)
+    shapes = {t.name: t.dims for t in h.tensors}
+    assert shapes["qkv"] == ("B", "width") and shapes["pool"] == ("POOL", "HV", "V", "K"), shapes
+    width = next(s for s in h.sizes if s.name == "width")
+    assert eval(width.code, {"H": 2, "K": 32, "HV": 4, "V": 16}) == 2 * 2 * 32 + 4 * 16, width.code
+    assert "H" in {d.name for d in h.dims} and next(d for d in h.dims if d.name == "H").role == "heads"
+    assert next(t for t in h.tensors if t.name == "slots").values == "slots-padded"
 
 
 def test_a_reshaped_tensor_spread_by_its_strides(tmp_path):
@@ -176,6 +255,9 @@ GATE_CASES = {  # case: (source, launcher, dtype, mutant (old, new))
     "wrong index": (STATE_UPDATE, "state_step", "bfloat16",
                     ("b_ptr += row * s_Bb + (pid_h // group_ratio)", "b_ptr += row * s_Bb + (pid_h % group_ratio)")),
     "reduce": (REDUCE, "mix_streams", "float32", ("acc += w *", "acc += 0.5 * w *")),
+    "packed": (PACKED_DECODE, "packed_decode_step", "bfloat16", ("b_v *= beta", "b_v *= 1.0 - beta")),
+    "packed wrong slice": (PACKED_DECODE, "packed_decode_step", "bfloat16",
+                           ("row + H * K + i_h * K + o_k", "row + i_h * K + o_k")),
 }
 
 
@@ -184,7 +266,8 @@ def test_zero_config_gate_on_a_state_update(case, tmp_path, monkeypatch):
     source, entry, dtype, mutation = GATE_CASES[case]
     for sub in ("copy", "mutant"):
         (tmp_path / sub).mkdir()
-    copy = _judge(tmp_path / "copy", monkeypatch, source, entry, entry, dtype) if case in ("sign", "reduce") else None
+    copy = _judge(tmp_path / "copy", monkeypatch, source, entry, entry, dtype) \
+        if case in ("sign", "reduce", "packed") else None
     if copy is not None:
         assert copy.error is None and copy.accepted, (copy.error, copy.reasons)
     mutant = _judge(tmp_path / "mutant", monkeypatch, source, entry, entry, dtype, mutation)

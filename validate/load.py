@@ -206,33 +206,43 @@ def _ensure_package(package: str, root: Path) -> None:
 
 def _package_for(path: Path, anchor: Path) -> str | None:
     """The package to import ``path`` under, its packages imported first: for a file with relative imports,
-    or one that imports modules of its own package by absolute name (``from mamba_ssm.ops.triton.softplus
-    import softplus`` in ``mamba_ssm/ops/triton/``: the folder above the package goes on ``sys.path`` when
-    that package is not installed). Any other file runs standalone, its package's ``__init__`` never executed
-    for nothing."""
+    or one that imports modules of its own project by absolute name (``from mamba_ssm.ops.triton.softplus
+    import softplus`` in ``mamba_ssm/ops/triton/``, ``from sglang.kernels.ops.attention.fla.op import exp`` in
+    a namespace folder without ``__init__.py``): where that project is not installed, the folder above it,
+    found among the file's own folders, goes on ``sys.path``. Any other file runs standalone, its package's
+    ``__init__`` never executed for nothing."""
     relative, absolute = _imports(path)
     found = enclosing_package(anchor)
     if relative and found is None:
         raise ImportError(f"{anchor} imports relatively but is not inside a package (no __init__.py beside it):"
                           " judge it where it lives in its package")
-    if found is None:
-        return None
-    package, root = found
-    top = package.split(".")[0]
-    own = [m for m in absolute if m.split(".")[0] == top]
+    roots: dict[str, Path] = {}  # top-level name -> the folder above it
+    if found is not None:
+        roots[found[0].split(".")[0]] = found[1]
+    folders = anchor.parent.parts
+    own = []
+    for module in absolute:
+        top = module.split(".")[0]
+        if top not in folders:
+            continue
+        if top not in roots:  # the nearest folder of that name above the file
+            roots[top] = Path(*folders[:len(folders) - folders[::-1].index(top) - 1])
+        own.append(module)
     if not relative and not own:
         return None
-    if importlib.util.find_spec(top) is None:
-        sys.path.append(str(root))
+    for top, root in roots.items():
+        if importlib.util.find_spec(top) is None:
+            sys.path.append(str(root))
     try:
         if relative:
-            _ensure_package(package, root)
+            _ensure_package(found[0], found[1])
         for module in own:  # the packages above each module it names (the module itself it imports)
             if "." in module:
-                _ensure_package(module.rsplit(".", 1)[0], root)
+                _ensure_package(module.rsplit(".", 1)[0], roots[module.split(".")[0]])
     except Exception as exc:
-        raise ImportError(f"its package {package} does not import: {type(exc).__name__}: {exc}") from exc
-    return package if relative else None
+        name = found[0] if found else own[0].split(".")[0]
+        raise ImportError(f"its package {name} does not import: {type(exc).__name__}: {exc}") from exc
+    return found[0] if relative else None
 
 
 def load_spec(path: str | Path):
