@@ -75,6 +75,41 @@ def fetch_wheel_corpus(dist: str, version: str) -> Path:
     return target
 
 
+def fetch_sdist_corpus(dist: str, version: str, build_env: dict[str, str] | None = None) -> Path:
+    """Download the source distribution of ``dist==version`` (no deps) once and unpack it; returns the folder
+    its files sit in (``NAME-VERSION/``). For packages the registry ships as source only (mamba-ssm): pip
+    reads the package's metadata by running its build backend, which ``build_env`` may steer away from
+    compiling anything (``MAMBA_SKIP_CUDA_BUILD=TRUE``). Nothing is built or installed; the tests only read
+    and judge its files. Skips the calling test when the registry cannot be reached."""
+    import tarfile
+
+    cache = corpus_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    stem = f"{dist.replace('-', '_')}-{version}"
+    target = cache / stem
+    if (target / "PKG-INFO").is_file():
+        return target
+    archives = sorted(cache.glob(f"{stem}.tar.gz"))
+    if not archives:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+             "-q", f"{dist}=={version}", "-d", str(cache)],
+            capture_output=True, text=True, timeout=600, env={**os.environ, **(build_env or {})})
+        archives = sorted(cache.glob(f"{stem}.tar.gz"))
+        if proc.returncode != 0 or not archives:
+            pytest.skip(f"cannot fetch the sdist of {dist}=={version} from the package registry into {cache}: "
+                        f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=cache))
+    with tarfile.open(archives[0]) as tf:
+        tf.extractall(tmp, filter="data")
+    try:
+        (tmp / stem).rename(target)
+    except OSError:  # another session renamed its copy first; keep theirs
+        pass
+    shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 @pytest.fixture(scope="session")
 def fla_corpus() -> Path:
     """fla-core 0.6.0 unpacked: ``fla_corpus / "fla/ops/kda/fused_recurrent.py"``."""

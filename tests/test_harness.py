@@ -1,5 +1,5 @@
 """Zero-config harnesses: inferred from kernels the suite has hand specs for (the inferred shapes must
-be the hand spec's) and from other projects' kernels fetched from the package registry (fla-core,
+be the hand spec's) and from other projects' kernels fetched from the package registry (fla-core, mamba-ssm,
 Liger); the gate then accepts an identical copy and rejects semantic mutants, with the original as
 its only oracle."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fetch_wheel_corpus
+from conftest import fetch_sdist_corpus, fetch_wheel_corpus
 from skel.cli import main
 from skel.harness.infer import HarnessError, infer
 from skel.harness.writer import inferred_spec
@@ -127,6 +127,47 @@ def test_zero_config_gate(case, mutant, fla_corpus, liger, tmp_path, monkeypatch
     assert result.error is None and result.oracle == "original", result.error
     assert result.accepted == (mutant is None), result.reasons
     assert any("inferred" in n for n in result.notes)
+
+
+MAMBA_MUTANTS = {  # mamba-ssm's selective_state_update (a Mamba2 decode step), first occurrence replaced
+    "sign": ("out += x * D", "out -= x * D"),
+    "dropped term": ("state = state * dA + dB * x[:, None]", "state = state * dA"),
+    "off-by-one mask": ("tl.store(out_ptrs, out, mask=offs_m < dim)", "tl.store(out_ptrs, out, mask=offs_m < dim - 1)"),
+    "wrong index": ("(pid_h // nheads_ngroups_ratio) * stride_B_group", "(pid_h % nheads_ngroups_ratio) * stride_B_group"),
+}
+
+
+@pytest.fixture(scope="module")
+def mamba():
+    """mamba-ssm 2.3.2.post1 (a source-only release: its metadata read with the CUDA build skipped)."""
+    return fetch_sdist_corpus("mamba-ssm", "2.3.2.post1", {"MAMBA_SKIP_CUDA_BUILD": "TRUE"})
+
+
+@pytest.mark.parametrize("mutant", [None, *MAMBA_MUTANTS])
+def test_zero_config_gate_on_a_mamba2_state_update(mutant, mamba, tmp_path, monkeypatch):
+    """mamba-ssm's Mamba2 decode step, judged where it lives in its package: the package's __init__ imports
+    a CUDA extension this machine lacks (loaded without it, and said so), the file imports its softplus by
+    absolute name, the launcher enters torch.cuda.device, spreads its Optional strides as
+    ``*(...) if x is not None else 0`` (so D and dt_bias are required) and asserts every shape as a tuple;
+    the kernel's exp(A * dt) is drawn as a decay. The project's selective_state_update_ref is the second
+    oracle."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = mamba / "mamba_ssm/ops/triton/selective_state_update.py"
+    h = infer(target, target.read_text())
+    assert _shapes(h) == {"state": ("batch", "nheads", "dim", "dstate"), "x": ("batch", "nheads", "dim"),
+                          "dt": ("batch", "nheads", "dim"), "A": ("nheads", "dim", "dstate"),
+                          "B": ("batch", "ngroups", "dstate"), "C": ("batch", "ngroups", "dstate"),
+                          "D": ("nheads", "dim"), "dt_bias": ("nheads", "dim")}
+    assert h.reference is not None and h.reference.name == "selective_state_update_ref"
+    text = target.read_text()
+    if mutant:
+        old, new = MAMBA_MUTANTS[mutant]
+        assert old in text
+        text = text.replace(old, new, 1)
+    result = _judge(target, text, tmp_path, mutant or "copy", "bfloat16")
+    assert result.error is None, result.error
+    assert result.accepted == (mutant is None), result.reasons
+    assert any("package mamba_ssm:" in n and "selective_scan_cuda" in n for n in result.notes), result.notes
 
 
 def test_skel_harness_writes_an_editable_spec(fla_corpus, tmp_path, capsys):
