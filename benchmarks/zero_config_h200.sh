@@ -7,7 +7,9 @@
 # Jobs: delta_hand delta_zero simple_gla_zero kda_pool_zero rms_norm_zero swiglu_zero, and
 # delta_varlen_zero (--variant cu_seqlens: packed variable-length batches), kda_ref_zero (fla's naive.py
 # beside the kernel: its naive_recurrent_kda the second oracle), simple_gla_serving_zero (--variant g
-# --variant initial_state). Default: all; one 10-minute device call does not hold them all: split them.
+# --variant initial_state), mamba_ssu_zero (mamba-ssm 2.3.2.post1's Mamba2 decode step, selective_state_update,
+# judged where it lives in its package: carry its sdist, mamba_ssm-2.3.2.post1.tar.gz, in .whl too).
+# Default: all; one 10-minute device call does not hold them all: split them.
 DEST=${1:-/tmp/out}; shift
 OUT=/tmp/skel-zero-config
 mkdir -p "$OUT" "$DEST"
@@ -56,6 +58,10 @@ for job in ${@:-delta_hand delta_zero simple_gla_zero kda_pool_zero rms_norm_zer
       /tmp/work/kda/fused_recurrent.py --entry fused_recurrent_kda_fwd --max-candidates ${SKEL_MAX_CANDIDATES:-4} --no-record ;;
     simple_gla_serving_zero) run simple_gla_serving_zero "$(delta B1-T1-H32-K128-V128 B64-T1-H32-K128-V128)" \
       /tmp/work/fla_common_recurrent.py --variant g --variant initial_state --max-candidates ${SKEL_MAX_CANDIDATES:-4} --no-record ;;
+    mamba_ssu_zero)
+      mkdir -p /tmp/work/mamba && tar xzf .whl/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/work/mamba
+      run mamba_ssu_zero "$(delta batch1-nheads128-dim64-dstate128-ngroups8 batch64-nheads128-dim64-dstate128-ngroups8 batch256-nheads128-dim64-dstate128-ngroups8)" \
+        /tmp/work/mamba/mamba_ssm-2.3.2.post1/mamba_ssm/ops/triton/selective_state_update.py --max-candidates ${SKEL_MAX_CANDIDATES:-4} --no-record ;;
     *) echo "unknown job $job" ;;
   esac
 done
