@@ -66,7 +66,8 @@ def render_markdown(data: dict, plot: str | None) -> str:
     if plot:
         out += ["", f"![speedup and % of roofline against N]({plot})"]
     elif data["perf_measured"]:
-        out += ["", PLOT_MISSING if not _has_matplotlib() else "plot skipped: no timed shape names a batch dim N"]
+        batch = data["binding"].get("batch", "N")
+        out += ["", PLOT_MISSING if not _has_matplotlib() else f"plot skipped: no timed shape names the batch dim {batch}"]
     if data.get("runoffs"):
         out += ["", "## Run-offs (close qualifiers of a bucket timed head to head in one judgement)", "",
                 "| bucket | leader | challenger | challenger over leader, per shape | kept | why |",
@@ -143,20 +144,22 @@ def _plot(data: dict, path: Path) -> Path | None:
 
 
 def timed_points(data: dict) -> dict[str, dict[str, list[dict]]]:
-    """bucket (the shape less its batch dim N) -> candidate label -> points sorted by N, each
-    {"N", "speedup", "low", "high", "baseline_pct", "candidate_pct"} from the candidate's own judgement."""
+    """bucket (the shape less its batch dim, the spec's: N, or B, batch, ... of an inferred harness) ->
+    candidate label -> points sorted by batch, each {"N", "speedup", "low", "high", "baseline_pct",
+    "candidate_pct"} from the candidate's own judgement ("N" holds the batch dim's size)."""
     from skel.catalog.results import shape_dims
 
+    batch = data.get("binding", {}).get("batch") or "N"
     out: dict[str, dict[str, list[dict]]] = {}
     for c in data["candidates"]:
         for s in (c.get("gate") or {}).get("shapes", ()):
             p = s.get("perf")
             dims = shape_dims(s["shape"])
-            if not p or "N" not in dims:
+            if not p or batch not in dims:
                 continue
-            bucket = "-".join(f"{k}{v}" for k, v in dims.items() if k != "N") or "all"
+            bucket = "-".join(f"{k}{v}" for k, v in dims.items() if k != batch) or "all"
             out.setdefault(bucket, {}).setdefault(c["label"], []).append({
-                "N": dims["N"], "speedup": p["speedup"], "low": p["speedup_low"], "high": p["speedup_high"],
+                "N": dims[batch], "speedup": p["speedup"], "low": p["speedup_low"], "high": p["speedup_high"],
                 "baseline_pct": p.get("baseline_roofline_pct"), "candidate_pct": p.get("candidate_roofline_pct")})
     for per in out.values():
         for points in per.values():
@@ -198,7 +201,7 @@ def plot_figure(data: dict):
         top.set_title(bucket)
         top.set_ylabel("speedup over the original (x, 95 % CI)")
         bottom.set_ylabel("% of copy roofline")
-        bottom.set_xlabel("batch N")
+        bottom.set_xlabel(f"batch dim {data.get('binding', {}).get('batch') or 'N'}")
         for ax in (top, bottom):
             ax.set_xscale("log", base=2)
             ax.grid(True, alpha=0.3)

@@ -103,7 +103,7 @@ class TargetBinding:
 
     def to_json(self) -> dict:
         return {"path": str(self.path), "family": self.family, "spec": str(self.spec) if self.family else None,
-                "entry": self.entry, "how": self.how}
+                "entry": self.entry, "how": self.how, "batch": self.batch}
 
 
 class NotRecognised(UsageError):

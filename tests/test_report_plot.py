@@ -68,3 +68,15 @@ def test_nothing_timed_no_figure_and_the_report_says_why(monkeypatch):
     md = render_markdown({**DATA, "binding": {"how": "x"}, "device": "cuda", "output": None, "notes": [],
                           "winners": [], "candidates": [], "skipped": [], "applicability": []}, None)
     assert PLOT_MISSING in md and "NVIDIA H200" in md and "550.54.15" in md
+
+
+def test_the_batch_dim_is_the_specs():
+    """An inferred harness names its batch dim as the launcher does (B, batch): the plot runs along it."""
+    renamed = {**DATA, "binding": {"how": "x", "batch": "batch"}, "candidates": [
+        {**c, "gate": {**c["gate"], "shapes": [{**s, "shape": s["shape"].replace("N", "batch", 1)}
+                                               for s in c["gate"]["shapes"]]}} for c in DATA["candidates"]]}
+    pts = timed_points(renamed)
+    assert sorted(pts) == ["T1-H32-K128", "T8-H32-K128"]
+    assert [q["N"] for q in pts["T1-H32-K128"]["SK001"]] == [1, 64, 256]
+    fig = plot_figure(renamed)
+    assert any(a.get_xlabel() == "batch dim batch" for a in fig.axes)

@@ -72,6 +72,11 @@ def _spread(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return (float(diff.norm()) / denom if denom > 0 else 0.0), float(diff.max())
 
 
+def rounding_floor(dtype: str) -> float:
+    """The rel-RMS error below which an output of ``dtype`` is never judged wrong against the original."""
+    return _FLOOR.get(dtype_name(dtype), 0.0)
+
+
 def sensitivity(center: torch.Tensor, pert: torch.Tensor | None) -> float:
     """The original's rel-RMS spread under the one-ulp perturbation of its inputs: rounding-level noise."""
     return _spread(center, pert)[0] if pert is not None else 0.0
@@ -81,7 +86,7 @@ def calibrated(base: torch.Tensor, ref: torch.Tensor, pert: torch.Tensor | None,
                center: torch.Tensor | None = None) -> Tolerance:
     """The accepted error of one output of one case (see the module docstring); ``center`` is the run
     ``pert`` perturbed (``ref`` when the upcast inputs were moved, else ``base``)."""
-    floor = _FLOOR.get(dtype_name(base.dtype), 0.0) if base.is_floating_point() else 0.0
+    floor = rounding_floor(base.dtype) if base.is_floating_point() else 0.0
     rel, worst = _spread(base, ref)
     if pert is not None:
         p_rel, p_worst = _spread(base if center is None else center, pert)
