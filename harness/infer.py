@@ -464,6 +464,15 @@ def _derived_dims(st: State) -> dict[str, str]:
     derived: dict[str, str] = {}
     for (big, i), (small, j), k in st.lf.scaled:
         whole, part = axis_dim(big, i), axis_dim(small, j)
+        if whole and whole == part and not whole.isdigit() and "/" not in whole:
+            # read as one dim (``_, N = b.shape``: the kernel's addressing gave b's packed axis a's name): the
+            # assert wins, for that tensor's axis alone
+            shape = list(st.shapes[small])
+            shape[j] = f"{whole}/{k}"
+            st.shapes[small] = tuple(shape)
+            st.notes.append(f"'{small}' axis {j} is '{whole}' / {k} (the launcher asserts {big}.shape[{i}] =="
+                            f" {small}.shape[{j}] * {k}): {whole} is kept a multiple of {k}")
+            continue
         if not whole or not part or whole == part or whole.isdigit() or part.isdigit() or part == POOL \
                 or "/" in whole or part in derived:
             continue

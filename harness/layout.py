@@ -49,10 +49,17 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
             known[name] = shape
     polys = _launcher_polys(st, known)
     _read_sizes(st, polys, known, module)
-    for t in tensors:
+    # tensors the launcher reads part of (``B, T, _ = o.shape``) first: others the kernel indexes with their
+    # strides (``grad_output + b * o.stride(0) + ...``) are then read off a known shape
+    for t in sorted(tensors, key=lambda t: t not in lf.unnamed):
         if t in st.shapes:
             continue
         shape = _layout_shape(st, t, polys, known)
+        rank = lf.ranks.get(t)
+        if shape is not None and rank and t in lf.unnamed and len(shape) != rank:
+            st.notes.append(f"'{t}': the layout read off {st.kf.name} ({list(shape)}) has not the {rank} dims the"
+                            " launcher unpacks: not taken")
+            shape = None
         for other in others if shape is None and t not in polys else ():
             other.notes = st.notes  # what it finds is this inference's note
             other_polys = _launcher_polys(other, known)
@@ -310,8 +317,9 @@ def _layout_shape(st: State, tensor: str, polys: dict[str, Poly], known: dict[st
     poly = polys.get(tensor)
     if poly is None:
         return None
-    for other, shape in known.items():  # indexed exactly like a tensor of known shape
-        if other != tensor and polys.get(other) == poly:
+    rank = st.lf.ranks.get(tensor)
+    for other, shape in known.items():  # indexed exactly like a tensor of known shape (and of its rank)
+        if other != tensor and polys.get(other) == poly and (rank is None or len(shape) == rank):
             st.notes.append(f"'{tensor}' has the shape of '{other}' {list(shape)}: the kernel indexes both alike")
             return shape
     dims = set(st.lf.dims) | {d for shape in known.values() for d in shape} | set(st.sizes) | st.free

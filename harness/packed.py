@@ -3,7 +3,9 @@ and v into one row (vLLM's packed decode: ``qkv_dim = mixed_qkv.shape[1]``, ``qk
 ``H = qk_dim // 2 // K``, then ``H`` passed to the kernel). A width drawn on its own breaks the launcher's
 own checks (``qk_dim % 2``, ``q_dim % K``) or the kernel's addressing; so the count is the dim (``H``, sized
 like heads) and the width is computed from it by inverting the chain (``qkv_dim = (H * K) * 2 + HV * V``).
-Only invertible steps are followed: ``- e``, ``+ e``, ``// e`` with ``e`` over other dims and literals.
+Only invertible steps are followed: ``- e``, ``+ e``, ``// e`` with ``e`` over other dims and literals, and
+only a chain that takes another part off the width (a ``-`` or ``+``) marks it as packed: a ratio alone
+(``G = HQ // H``, ``ffn = fused // 2``) keeps the width as the dim and the count a size computed from it.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def unpack_widths(st, tensors: list[str], module: dict[str, object]) -> None:
         value = lf.exprs[expr]
         for dim in sorted(_reaches(lf, value, in_shapes, 0)):
             code = _invert(lf, tr, value, expr, dim, 0)
-            if code is None or dim in st.sizes or any(dim in names_in(s.code) for n, s in st.sizes.items() if n != expr):
+            if code is None or " + " not in code and " - " not in code or dim in st.sizes or any(dim in names_in(s.code) for n, s in st.sizes.items() if n != expr):
                 continue
             st.sizes.pop(expr, None)  # the count is a dim now, no longer a size computed from the width
             st.sizes[dim] = Size(dim, code, f"the launcher splits it into {expr} ({ast.unparse(value)})")
