@@ -2,7 +2,7 @@
 the others fail (one line each, grouped).
 
     python benchmarks/harness_coverage.py [--write] [--run N] [--only PATH[:LAUNCHER] ...]
-                                          [--corpus DIST==VERSION:FOLDER ...]
+                                          [--corpus DIST==VERSION:FOLDER ...] [--sdist-env NAME=VALUE ...]
 
 ``--only`` keeps the launchers of the named files (a path relative to the corpus root, e.g.
 ``fla/ops/kda/chunk_bwd.py:chunk_kda_bwd_dAv``) and judges every one of them; the counts then cover
@@ -13,7 +13,8 @@ working only if the gate runs it and accepts the copy. Each run is a subprocess 
 
 Corpora from the package registry (cached as the tests cache them): fla-core 0.6.0 (`fla/ops`) and
 liger-kernel 0.8.5 (`liger_kernel/ops`) by default; ``--corpus sglang==0.5.23:sglang`` names others (then
-only those; do not ``--write`` them over the default table). Every top-level function of a file that launches one of the
+only those; do not ``--write`` them over the default table); a package the registry ships as source only is read
+from its sdist (``--corpus mamba-ssm==2.3.2.post1:mamba_ssm --sdist-env MAMBA_SKIP_CUDA_BUILD=TRUE``). Every top-level function of a file that launches one of the
 file's @triton.jit kernels is one launcher; inference is static (nothing is imported). A crash (any
 exception other than HarnessError) is counted apart: it is a bug. This measures reach, not whether
 the inferred harness is right: tests/test_harness.py checks that on labelled kernels.
@@ -42,8 +43,6 @@ def _reason(message: str) -> str:
 
 
 def main() -> None:
-    from conftest import fetch_wheel_corpus  # the tests' registry cache (pytest only for its skip)
-
     from skel.harness.infer import HarnessError, infer
     from skel.harness.launchers import launcher_functions
 
@@ -55,7 +54,11 @@ def main() -> None:
                         help="judge only these files (relative to the corpus root) or launchers")
     parser.add_argument("--corpus", action="append", default=[], metavar="DIST==VERSION:FOLDER",
                         help="a registry package and the folder in it to read (repeatable; default: fla-core, Liger)")
+    parser.add_argument("--sdist-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a package the registry ships as source only is unpacked from its sdist; its metadata"
+                             " build reads these (e.g. MAMBA_SKIP_CUDA_BUILD=TRUE for mamba-ssm)")
     args = parser.parse_args()
+    sdist_env = dict(e.split("=", 1) for e in args.sdist_env)
     corpora = CORPORA
     if args.corpus:
         try:
@@ -64,7 +67,7 @@ def main() -> None:
             parser.error("--corpus takes DIST==VERSION:FOLDER, e.g. sglang==0.5.23:sglang")
     lines = [f"# Harness inference coverage ({datetime.now(timezone.utc):%Y-%m-%d}, `python benchmarks/harness_coverage.py`)", ""]
     for dist, version, sub in corpora:
-        base = fetch_wheel_corpus(dist, version)
+        base = _corpus(dist, version, sdist_env)
         root = base / sub
         ok, failed, crashed = 0, collections.Counter(), []
         inferred = []
@@ -96,11 +99,22 @@ def main() -> None:
         lines += [f"| {n} | {r} |" for r, n in failed.most_common(12)]
         lines += [""] + [f"- crash: {c}" for c in crashed] + [""]
         if (args.run or args.only) and inferred:
-            lines += _runs(inferred, args.run or len(inferred), args.run_timeout, fetch_wheel_corpus(dist, version))
+            lines += _runs(inferred, args.run or len(inferred), args.run_timeout, base)
     text = "\n".join(lines)
     print(text)
     if args.write:
         RESULTS.write_text(text + "\n")
+
+
+def _corpus(dist: str, version: str, sdist_env: dict[str, str]) -> Path:
+    """The package's wheel unpacked, else (a source-only release) its sdist."""
+    import pytest
+    from conftest import fetch_sdist_corpus, fetch_wheel_corpus
+
+    try:
+        return fetch_wheel_corpus(dist, version)
+    except pytest.skip.Exception:
+        return fetch_sdist_corpus(dist, version, sdist_env)
 
 
 _RUN = """

@@ -25,7 +25,7 @@ from skel.harness.layout import alloc_shape, launcher_dim, names_in, read_shapes
 from skel.harness.npu import npu_evidence
 from skel.harness.packed import unpack_widths
 from skel.harness.reference import Reference, find_reference
-from skel.harness.sizes import Size
+from skel.harness.sizes import Size, Translate
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
@@ -185,6 +185,11 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     dim_list = _dims(st, tensors, dims or {}, sizes, _asserted_multiples(st, kernel, tree, launch))
     tensor_args = _dot_dtypes(st, tuple(_tensor_arg(st, t, others) for t in tensors))
     values = _values(st, tensors, variants, {d.name for d in dim_list}, values_of)
+    pooled = [t.name for t in tensor_args if POOL in t.dims]
+    if pooled and not any(t.values.startswith("slots") for t in tensor_args):
+        raise HarnessError(f"{path}:{fn.lineno}: {', '.join(pooled)} ({launch.kernel}) is indexed by values the kernel"
+                           f" loads from no tensor argument of {fn.name} (no slot tensor to draw them from): its"
+                           " size is unknown; write it in a spec (skel harness -o spec.py, then edit)")
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
     arguments = tuple(p.name for p in lf.params if p.name in tensors or p.name in {v.name for v in values})
@@ -517,6 +522,10 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Siz
     unknown = [d for d in fixed if d not in names]
     if unknown:
         raise HarnessError(f"--dims {', '.join(unknown)}: not a dim of {st.lf.name} (its dims: {', '.join(names)})")
+    for d, k in st.lf.multiples.items():  # assert dim % k == 0 in the launcher
+        d = st.lf.dim_alias.get(d, d)
+        if d in names:
+            multiple[d] = math.lcm(multiple.get(d, 1), k)
     pow2 = {st.binding[k] for k in st.kf.arange_bounds if k in st.binding}
     counts = set(st.rows.values())  # rows counted by a required int argument: a dim, not a tile
     out = []
@@ -534,9 +543,36 @@ def _dims(st: State, tensors: list[str], fixed: dict[str, int], sizes: tuple[Siz
         k = multiple.get(d, 1)
         ci, decode = tuple(-(-c // k) * k for c in ci), -(-decode // k) * k
         out.append(Dim(d, role, ci, decode, is_pow2))
+    out = _bounded(st, out, multiple)
     if not any(d.role == "batch" for d in out) and out:
         st.notes.append("no batch-like dim found: the decode sweep keeps every dim fixed")
     return tuple(out)
+
+
+def _bounded(st: State, dims: list[Dim], multiple: dict[str, int]) -> list[Dim]:
+    """Each dim no larger than the bounds the launcher asserts over other dims (``a <= b // 2``), at every
+    ci shape and at the decode sizes, kept a multiple of what it must be (rounding down, at least that)."""
+    tr = Translate(st.lf, set(st.lf.dims), {})
+    by_name = {d.name: d for d in dims}
+    for name, bounds in st.lf.dim_bounds.items():
+        name = st.lf.dim_alias.get(name, name)
+        if name not in by_name:
+            continue
+        for node, strict in bounds:
+            code = tr.code(node)
+            if code is None or not names_in(code) or not names_in(code) <= set(by_name) - {name}:
+                continue
+            d, k = by_name[name], multiple.get(name, 1)
+
+            def clamp(value: int, at: dict[str, int]) -> int:
+                limit = eval(code, {"__builtins__": {"min": min, "max": max}}, at) - (1 if strict else 0)
+                return value if value <= limit else max(k, limit // k * k)
+            ci = tuple(clamp(c, {n: o.ci[i] for n, o in by_name.items()}) for i, c in enumerate(d.ci))
+            decode = clamp(d.decode, {n: o.decode for n, o in by_name.items()})
+            if (ci, decode) != (d.ci, d.decode):
+                st.notes.append(f"{name} sized no larger than {code} (the launcher asserts it)")
+            by_name[name] = dataclasses.replace(d, ci=ci, decode=decode)
+    return [by_name[d.name] for d in dims]
 
 
 # -- values ----------------------------------------------------------------------------------------------

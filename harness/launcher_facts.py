@@ -61,6 +61,9 @@ class LauncherFacts:
     dtypes: dict[str, str] = field(default_factory=dict)  # tensor -> dtype asserted or allocated
     choices: dict[str, tuple] = field(default_factory=dict)  # param -> values an assert allows
     bounds: dict[str, int] = field(default_factory=dict)  # dim -> upper bound asserted
+    # dim -> upper bounds asserted over other dims (``a <= b // 2``: (b // 2, False); ``<``: strict)
+    dim_bounds: dict[str, list[tuple[ast.AST, bool]]] = field(default_factory=dict)
+    multiples: dict[str, int] = field(default_factory=dict)  # dim -> k of an asserted ``dim % k == 0``
     allocs: dict[str, tuple[list, str, str]] = field(default_factory=dict)  # local -> (shape items, dtype, like)
     launches: list[Launch] = field(default_factory=list)
     returns: tuple[ast.AST, ...] = ()
@@ -423,6 +426,13 @@ class _Reader(ast.NodeVisitor):
         bound = (isinstance(op, (ast.LtE, ast.Lt)) if holds else isinstance(op, (ast.Gt, ast.GtE)))
         if bound and isinstance(left, ast.Name) and isinstance(right, ast.Constant) and isinstance(right.value, int):
             self.f.bounds[left.id] = right.value - (1 if isinstance(op, (ast.Lt, ast.GtE)) else 0)
+        elif bound and isinstance(left, ast.Name) and not isinstance(right, ast.Constant):
+            # headdim_angles <= headdim_qk // 2: sized no larger than the other dims allow
+            self.f.dim_bounds.setdefault(left.id, []).append((right, isinstance(op, (ast.Lt, ast.GtE))))
+        if eq and isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod) and isinstance(left.left, ast.Name) \
+                and isinstance(left.right, ast.Constant) and type(left.right.value) is int and left.right.value > 1 \
+                and isinstance(right, ast.Constant) and right.value == 0:
+            self.f.multiples[left.left.id] = left.right.value  # assert headdim % 2 == 0: an even size
         member = isinstance(op, ast.In) if holds else isinstance(op, ast.NotIn)
         if member and isinstance(left, ast.Name):
             values = self._values_of(right)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from skel.harness.infer import infer
+from skel.harness.state import HarnessError
 from test_harness_run import _judge
 
 STATE_UPDATE = '''
@@ -273,3 +274,69 @@ def test_zero_config_gate_on_a_state_update(case, tmp_path, monkeypatch):
     mutant = _judge(tmp_path / "mutant", monkeypatch, source, entry, entry, dtype, mutation)
     assert mutant.error is None, mutant.error
     assert not mutant.accepted, mutant.reasons
+
+
+ROTARY_BOUNDS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rot_kernel(x_ptr, ang_ptr, out_ptr, hd, rot, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < rot // 2
+    a = tl.load(ang_ptr + row * rot + 2 * offs, mask=m, other=0.0)
+    x = tl.load(x_ptr + row * hd + offs, mask=offs < hd, other=0.0)
+    tl.store(out_ptr + row * hd + offs, x * tl.cos(a), mask=offs < hd)
+
+
+def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    batch, hd = x.shape
+    rot = angles.shape[-1]
+    assert angles.shape == (batch, rot)
+    assert rot <= hd // 2 and rot % 2 == 0, "rot must be even and at most half the head"
+    out = torch.empty_like(x)
+    _rot_kernel[(batch,)](x, angles, out, hd, rot, BLOCK=triton.next_power_of_2(hd))
+    return out
+'''
+
+
+def test_sizes_keep_the_launchers_bounds_between_dims(tmp_path):
+    """``assert rot <= hd // 2 and rot % 2 == 0``: every shape the harness draws satisfies it (a drawn rot of
+    the head's size would fail the original's own assert)."""
+    h = infer(tmp_path / "rot.py", ROTARY_BOUNDS)
+    dims = {d.name: d for d in h.dims}
+    for i in range(2):
+        assert dims["rot"].ci[i] <= dims["hd"].ci[i] // 2 and dims["rot"].ci[i] % 2 == 0, (dims["rot"], dims["hd"])
+    assert dims["rot"].decode <= dims["hd"].decode // 2 and dims["rot"].decode % 2 == 0
+
+
+UNSLOTTED_POOL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_kernel(x_ptr, idx_ptr, out_ptr, stride_x, D: tl.constexpr):
+    row = tl.load(idx_ptr + tl.program_id(0))
+    offs = tl.arange(0, D)
+    tl.store(out_ptr + tl.program_id(0) * D + offs, tl.load(x_ptr + row * stride_x + offs))
+
+
+def gather_rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    D = x.shape[-1]
+    idx = torch.randperm(n, device=x.device)
+    out = torch.empty((n, D), device=x.device, dtype=x.dtype)
+    _gather_kernel[(n,)](x, idx, out, x.stride(0), D=D)
+    return out
+'''
+
+
+def test_a_pool_with_no_slot_tensor_to_draw_is_refused_saying_why(tmp_path):
+    """x is indexed by values loaded from a tensor the launcher makes itself: no slot tensor to draw, so the
+    pool's size is unknown: refused with the reason, never a spec that fails on an undefined POOL."""
+    with pytest.raises(HarnessError, match="x \\(_gather_kernel\\) is indexed by values the kernel loads from no tensor"):
+        infer(tmp_path / "gather.py", UNSLOTTED_POOL)

@@ -47,7 +47,7 @@ class _Worst:
     original_rel_rms: float | None = None
     diff_rel_rms: float | None = None
     diff_max_abs: float | None = None
-    sensitivity: float = 0.0  # without a reference: the original's spread under one-ulp input perturbations
+    sensitivity: float = 0.0  # without a reference: the original's spread under one-float32-ulp input perturbations
     cross_original: float | None = None  # rel-RMS against the project's float64 reference: the original's
     cross_candidate: float | None = None  # ... and the candidate's
     passed: bool = True

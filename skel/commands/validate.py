@@ -157,7 +157,7 @@ def render(result) -> str:
     second = [n for n in result.notes if n.startswith("second oracle: ")]
     if result.oracle == "original":
         lines.append("  oracle: the original kernel (no reference): each output's accepted error calibrated per case"
-                     " from the original's spread under one-ulp input perturbations and its float32-upcast run"
+                     " from the original's spread when its float32-upcast inputs move by one ulp and its distance to that upcast run"
                      + "".join(f"; {n}" for n in second))
     lines += [f"  note: {n}" for n in result.notes if n not in second]
     if result.isolation:
