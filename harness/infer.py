@@ -23,7 +23,7 @@ from skel.harness.launcher_facts import PRESENT, UNKNOWN, LauncherFacts, grid_ex
 from skel.harness.launchers import jit_functions, launcher_functions
 from skel.harness.layout import alloc_shape, launcher_dim, names_in, read_shapes
 from skel.harness.npu import npu_evidence
-from skel.harness.packed import unpack_widths
+from skel.harness.packed import asserted_products, unpack_widths
 from skel.harness.reference import Reference, find_reference
 from skel.harness.sizes import Size, Translate
 from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
@@ -181,6 +181,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
         offsets, packed = _packing(st, tensors, cuts, path)
     derived = _derived_dims(st)
     unpack_widths(st, tensors, values_of)
+    asserted_products(st, tensors, values_of)
     sizes = _used_sizes(st, tensors)
     dim_list = _dims(st, tensors, dims or {}, sizes, _asserted_multiples(st, kernel, tree, launch))
     tensor_args = _dot_dtypes(st, tuple(_tensor_arg(st, t, others) for t in tensors))

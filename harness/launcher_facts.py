@@ -64,6 +64,7 @@ class LauncherFacts:
     # dim -> upper bounds asserted over other dims (``a <= b // 2``: (b // 2, False); ``<``: strict)
     dim_bounds: dict[str, list[tuple[ast.AST, bool]]] = field(default_factory=dict)
     multiples: dict[str, int] = field(default_factory=dict)  # dim -> k of an asserted ``dim % k == 0``
+    products: dict[str, ast.AST] = field(default_factory=dict)  # dim -> the product it is asserted to be
     allocs: dict[str, tuple[list, str, str]] = field(default_factory=dict)  # local -> (shape items, dtype, like)
     launches: list[Launch] = field(default_factory=list)
     returns: tuple[ast.AST, ...] = ()
@@ -414,6 +415,11 @@ class _Reader(ast.NodeVisitor):
                 if relation is not None:
                     self.f.scaled.append(relation)
                     break
+            for a, b in ((left, right), (right, left)):  # assert H * head_k_dim == HD: HD is a product
+                if isinstance(a, ast.Name) and isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mult) \
+                        and all(isinstance(n, (ast.Name, ast.Constant, ast.BinOp, ast.Load, ast.Mult))
+                                for n in ast.walk(b)):
+                    self.f.products.setdefault(a.id, b)
             for a, b in ((left, right), (right, left)):
                 if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name):
                     if a.attr == "ndim" and isinstance(b, ast.Constant):

@@ -60,6 +60,9 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
             st.notes.append(f"'{t}': the layout read off {st.kf.name} ({list(shape)}) has not the {rank} dims the"
                             " launcher unpacks: not taken")
             shape = None
+        elif shape is not None and rank and t in lf.unnamed:  # the axes the launcher names keep their names
+            named = lf.axes.get(t, {})
+            shape = tuple(named.get(i) or named.get(i - rank) or d for i, d in enumerate(shape))
         for other in others if shape is None and t not in polys else ():
             other.notes = st.notes  # what it finds is this inference's note
             other_polys = _launcher_polys(other, known)

@@ -82,3 +82,25 @@ def _invert(lf, tr: Translate, node: ast.AST, target: str, dim: str, depth: int)
         other = tr.code(node.left)
         return None if other is None else _invert(lf, tr, node.right, f"({target} - {other})", dim, depth + 1)
     return None
+
+
+def asserted_products(st, tensors: list[str], module: dict[str, object]) -> None:
+    """``assert H * head_k_dim == HD`` with HD a tensor's dim (a flattened [..., H * D] row): HD is computed
+    from the factors, a required int factor becoming a dim of its own (sized like heads), so that the drawn
+    width satisfies the launcher's own check."""
+    lf = st.lf
+    in_shapes = {d for t in tensors for d in st.shapes.get(t, ())}
+    for name, node in lf.products.items():
+        dim = lf.dim_alias.get(name, name)
+        if dim not in in_shapes or dim in st.sizes:
+            continue
+        tr = Translate(lf, set(lf.dims), module)
+        code = tr.code(node)
+        if code is None or dim in names_in(code) or not names_in(code) <= in_shapes | tr.free:
+            continue
+        st.sizes[dim] = Size(dim, code, f"the launcher asserts {ast.unparse(node)} == {name}")
+        st.free |= tr.free
+        st.counted |= tr.free
+        st.notes.append(f"'{dim}' = {code}: the launcher asserts it"
+                        + (f" ({', '.join(sorted(tr.free))}: a dim, sized like heads)" if tr.free else ""))
+

@@ -37,7 +37,8 @@ STATIC: dict[str, frozenset[str]] = {
                                         "test_zero_config_gate_on_a_moved_pointer",
                                         "test_zero_config_gate_on_a_mode_switch",
                                         "test_zero_config_gate_on_rows"}),  # gate workers
-    "test_harness_state_update.py": frozenset({"test_zero_config_gate_on_a_state_update"}),  # gate workers
+    "test_harness_state_update.py": frozenset({"test_zero_config_gate_on_a_state_update",
+                                               "test_a_width_asserted_as_a_product_is_computed_from_its_factors"}),
     "test_harness_strides.py": frozenset({"test_zero_config_gate_on_strided_layouts"}),  # gate workers
     "test_harness_run.py": frozenset({"test_the_interpreter_runs_the_original_as_compiled_code_would",
                                       "test_a_launcher_imported_from_a_sibling_module_has_its_autotuner_trimmed"}),

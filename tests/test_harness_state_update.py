@@ -340,3 +340,49 @@ def test_a_pool_with_no_slot_tensor_to_draw_is_refused_saying_why(tmp_path):
     pool's size is unknown: refused with the reason, never a spec that fails on an undefined POOL."""
     with pytest.raises(HarnessError, match="x \\(_gather_kernel\\) is indexed by values the kernel loads from no tensor"):
         infer(tmp_path / "gather.py", UNSLOTTED_POOL)
+
+
+GATE_PRODUCT = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gate_kernel(g, A, y, T, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr):
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    o_d = tl.arange(0, BD)
+    m = o_d < D
+    b_g = tl.load(g + i_t * H * D + i_h * D + o_d, mask=m, other=0.0).to(tl.float32)
+    b_a = tl.load(A + i_h).to(tl.float32)
+    tl.store(y + i_t * H * D + i_h * D + o_d, -tl.exp(b_a) * tl.log(1.0 + tl.exp(b_g)), mask=m)
+
+
+def kda_gate(g: torch.Tensor, A: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """g [..., H * head_dim] -> the log-decay gate [..., H, head_dim]."""
+    lead = g.shape[:-1]
+    g = g.view(-1, g.shape[-1])
+    T = g.shape[0]
+    HD = g.shape[1]
+    H = A.numel()
+    assert H * head_dim == HD
+    y = torch.empty_like(g, dtype=torch.float32)
+    _gate_kernel[(T, H)](g, A, y, T, H, head_dim, BD=triton.next_power_of_2(head_dim))
+    return y.view(*lead, H, head_dim)
+'''
+
+
+def test_a_width_asserted_as_a_product_is_computed_from_its_factors(tmp_path, monkeypatch):
+    """``assert H * head_dim == HD`` of a flattened row: HD is H * head_dim at every drawn shape, head_dim (a
+    required int) a dim passed as itself; the gate runs the original (its assert holds) and tells a mutant."""
+    h = infer(tmp_path / "gate.py", GATE_PRODUCT)
+    hd = next(s for s in h.sizes if s.name == "HD")
+    assert hd.code.replace(" ", "") == "(H*head_dim)", hd.code
+    assert {v.name: v.code for v in h.values}["head_dim"] == "head_dim"
+    for sub in ("copy", "mutant"):
+        (tmp_path / sub).mkdir()
+    copy = _judge(tmp_path / "copy", monkeypatch, GATE_PRODUCT, "kda_gate", "kda_gate", "float32")
+    assert copy.error is None and copy.accepted, (copy.error, copy.reasons)
+    mutant = _judge(tmp_path / "mutant", monkeypatch, GATE_PRODUCT, "kda_gate", "kda_gate", "float32",
+                    ("tl.log(1.0 + tl.exp(b_g))", "tl.log(1.0 + tl.exp(-b_g))"))
+    assert mutant.error is None and not mutant.accepted, mutant.reasons
