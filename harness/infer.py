@@ -726,7 +726,8 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
         elif use == "scale" or "float" in p.annotation:
             head = next((d for t in tensors for d in st.shapes.get(t, ())[-1:]
                          if _role(st, d, tensors) == "head_dim"), None)  # the first tensor's head dim
-            code = f"{head} ** -0.5" if head else "1.0"
+            # no head dim: 0.5, not 1.0, which hides a dropped factor and zeroes a (1 - s) term (label smoothing)
+            code = f"{head} ** -0.5" if head else "0.5"
             out.append(ValueArg(p.name, code, f"multiplies values in {st.kf.name}: a scale ({code})"))
         elif "int" in p.annotation:
             out.append(ValueArg(p.name, "1", "an int the code does not constrain"))
@@ -745,6 +746,18 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
     return tuple(out)
 
 
+def _reduced_output(st: State, name: str) -> bool:
+    """A returned local the launcher computes from a tensor it allocated and a kernel fills (``loss =
+    torch.sum(loss_1d)``, ``loss_1d.mean()``, ``out / n``): the result a caller gets, so compared too. Not a
+    local that is None on the judged path, nor one made from the inputs alone."""
+    value = st.lf.exprs.get(name)
+    if value is None or isinstance(value, ast.Constant) or isinstance(value, ast.IfExp):
+        return False
+    names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    filled = {k for k in st.lf.allocs if any(st.lf.aliases.get(e, e) == k for e in st.binding.values())}
+    return bool(names & filled) and not any(st.lf.param(n) for n in names if n not in filled)
+
+
 def _outputs(st: State, tensors: list[str]) -> tuple[str, ...]:
     out = []
     for i, node in enumerate(st.lf.returns):
@@ -755,7 +768,7 @@ def _outputs(st: State, tensors: list[str]) -> tuple[str, ...]:
             if base is None:
                 break
         name = base.id if isinstance(base, ast.Name) else f"out{i}"
-        if name in tensors or name not in st.lf.allocs:
+        if name in tensors or name not in st.lf.allocs and not _reduced_output(st, name):
             name = "_" + name  # an input handed back, a tile size, a flag: passed over
         out.append(name)
     if not any(not n.startswith("_") for n in out) and not any(pointer(st, t) and pointer(st, t).stored

@@ -399,9 +399,17 @@ def kernel_facts(fn: ast.FunctionDef, flags: dict[str, bool] | None = None) -> K
             stop = _strip(loop.iter.args[-1] if len(loop.iter.args) > 1 else loop.iter.args[0])
             if isinstance(stop, ast.Name) and stop.id in params:
                 bounds.add(stop.id)
+    tested = _tested_flags(whole, constexprs)
+    in_addresses = {f for use in pointers.values() for poly in (use.address, *use.more) for m, _ in poly.terms
+                    for f in m}
+    for p in constexprs - set(pointers) - set(tested) - aranges - bounds - in_addresses:
+        # a constexpr that only enters the arithmetic (Liger's lse_square_scale, label_smoothing): a value
+        use = _scalar_use(fn, p, loaded_values)
+        if use in ("scale", "offset", "eps"):
+            scalars[p] = use
     return KernelFacts(fn.name, fn.lineno, params, constexprs, pointers, frozenset(ex.roots), index_of,
                        frozenset(skips), frozenset(aranges), scalars, frozenset(bounds), _splits(ex),
-                       _tested_flags(whole, constexprs), offsets, frozenset(packed),
+                       tested, offsets, frozenset(packed),
                        frozenset(p for p in params if p not in pointers and p not in constexprs and _unread(fn, p)),
                        {k: v for k, v in ex.root_defs.items() if k in ex.roots}, _compared(whole, params),
                        _covers(fn, ex, frozenset(aranges)), *_dot_operands(fn, ex), _bitwise(fn, ex))
@@ -848,6 +856,9 @@ def _scalar_use(fn: ast.FunctionDef, param: str, loaded: set[str] = frozenset())
                 parent_calls = [c for c in ast.walk(fn) if _call_name(c) in ("sqrt", "rsqrt", "log")
                                 and any(n is node for n in ast.walk(c))]
                 return "eps" if parent_calls else "offset"
-            if isinstance(node.op, ast.Mult):
-                return "scale"
+            if isinstance(node.op, ast.Mult) or isinstance(node.op, ast.Div) and isinstance(sides[0], ast.Name) \
+                    and sides[0].id == param:
+                return "scale"  # x * s, s / V
+            if isinstance(node.op, ast.Sub):
+                return "offset"  # 1 - s
     return ""

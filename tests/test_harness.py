@@ -239,7 +239,7 @@ def test_an_in_place_launcher_that_returns_nothing(tmp_path, monkeypatch):
     target.write_text(INPLACE)
     h = infer(target, INPLACE)
     assert _shapes(h) == {"x": ("n",)} and h.outputs == () and h.inplace == ("x",)
-    assert [d.role for d in h.dims] == ["flat"] and {v.name: v.code for v in h.values} == {"alpha": "1.0"}
+    assert [d.role for d in h.dims] == ["flat"] and {v.name: v.code for v in h.values} == {"alpha": "0.5"}
     assert _judge(target, INPLACE, tmp_path, "copy", "float32").accepted
     bad = _judge(target, INPLACE.replace("* alpha, mask=m)", "* (alpha + 1e-2), mask=m)"), tmp_path, "factor",
                  "float32")
