@@ -105,13 +105,16 @@ ZERO_CONFIG = {  # (corpus, file, dtype, {mutant: (old, new)}); every occurrence
     "liger-swiglu": ("liger", "liger_kernel/ops/swiglu.py", "float32",
                      {"dropped term": ("c_row = silu(a_row).cast(b_row.dtype) * b_row",
                                        "c_row = a_row.cast(b_row.dtype) * b_row")}),
+    # a loss: the returned loss is a torch.sum the launcher takes of the kernel's per-row losses
+    "liger-cross-entropy": ("liger", "liger_kernel/ops/cross_entropy.py", "float32",
+                            {"loss term": ("    loss = lse - ori_X_y", "    loss = lse - 0.5 * ori_X_y")}),
 }
 
 
 @pytest.mark.parametrize("case,mutant", [(c, m) for c, (_, _, _, ms) in ZERO_CONFIG.items() for m in (None, *ms)])
 def test_zero_config_gate(case, mutant, fla_corpus, liger, tmp_path, monkeypatch):
     """Other projects' kernels with no spec: fla-core's delta rule and common fused_recurrent (simple_gla's
-    kernel), Liger's rms_norm and swiglu. The original is the only oracle."""
+    kernel), Liger's rms_norm, swiglu and cross entropy. The original is the only oracle."""
     corpus, rel, dtype, mutants = ZERO_CONFIG[case]
     root = fla_corpus if corpus == "fla" else liger
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
