@@ -26,7 +26,7 @@ from skel.harness.npu import npu_evidence
 from skel.harness.packed import asserted_products, unpack_widths
 from skel.harness.reference import Reference, find_reference
 from skel.harness.sizes import Size, Translate
-from skel.harness.state import POOL, HarnessError, State, kernel_param, param_of, pointer
+from skel.harness.state import POOL, HarnessError, State, instead, kernel_param, param_of, pointer
 
 # Decode-sweep sizes by a dim's role (model-like: 32 heads of 128, hidden 4096), batch swept.
 BATCH_SWEEP = (1, 8, 32, 64, 256)
@@ -190,7 +190,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     if pooled and not any(t.values.startswith("slots") for t in tensor_args):
         raise HarnessError(f"{path}:{fn.lineno}: {', '.join(pooled)} ({launch.kernel}) is indexed by values the kernel"
                            f" loads from no tensor argument of {fn.name} (no slot tensor to draw them from): its"
-                           " size is unknown; write it in a spec (skel harness -o spec.py, then edit)")
+                           f" size is unknown; {instead(path)}")
     outputs = _outputs(st, tensors)
     inplace = tuple(t for t in tensors if pointer(st, t) and pointer(st, t).stored)
     arguments = tuple(p.name for p in lf.params if p.name in tensors or p.name in {v.name for v in values})
@@ -742,7 +742,7 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
                                               " sets it)"))
         else:
             raise HarnessError(f"{st.lf.name}: cannot tell what the required argument '{p.name}' is (line {st.lf.line}); "
-                               f"write it in a spec (skel harness -o spec.py, then edit)")
+                               f"{instead()}")
     return tuple(out)
 
 

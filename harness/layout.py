@@ -12,7 +12,7 @@ from skel.harness.kernel_facts import KernelFacts
 from skel.harness.launcher_facts import grid_axes
 from skel.harness.poly import Poly
 from skel.harness.sizes import resolve_sizes
-from skel.harness.state import POOL, HarnessError, State
+from skel.harness.state import POOL, HarnessError, State, instead
 
 
 
@@ -93,8 +93,7 @@ def read_shapes(st: State, tensors: list[str], path: Path, others: list[State] =
             raise HarnessError(
                 f"{path}:{lf.line}: cannot infer the shape of '{t}' (launcher {lf.name}): it is never unpacked "
                 f"and its address in {st.kf.name} ({polys.get(t, 'not indexed')}) does not determine it"
-                f"{' (' + st.why[t] + ')' if t in st.why else ''}; write it in a spec (skel harness -o spec.py,"
-                " then edit)")
+                f"{' (' + st.why[t] + ')' if t in st.why else ''}; {instead(path)}")
         st.shapes[t] = shape
         known[t] = shape
         polys = _launcher_polys(st, known)

@@ -15,6 +15,14 @@ class HarnessError(Exception):
     """No harness can be inferred; the message says what and where."""
 
 
+def instead(path=None) -> str:
+    """What a user whose kernel skel cannot read does instead (the end of every refusal): capture real calls,
+    which needs no inference, else write the spec."""
+    name = getattr(path, "name", None) or "FILE.py"
+    return (f"record real calls instead (skel capture --entry {name} -o DIR -- YOUR_TEST_OR_BENCHMARK), or write"
+            " the spec by hand (README: A hand-written spec; examples/fla_delta_rule/spec.py)")
+
+
 @dataclass
 class State:
     lf: LauncherFacts
