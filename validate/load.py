@@ -160,11 +160,6 @@ def _imports(path: Path) -> tuple[bool, tuple[str, ...]]:
     return relative, tuple(absolute)
 
 
-def relative_imports(path: Path) -> bool:
-    """Whether the file imports relatively (``from . import x``, ``from ..pkg import y``)."""
-    return _imports(path)[0]
-
-
 # packages whose ``__init__`` failed here and were set up without running it (load_notes() reports them)
 _UNINITIALISED: dict[str, str] = {}
 
