@@ -185,7 +185,7 @@ def infer(path: Path, source: str, entry: str | None = None, variants: tuple[str
     sizes = _used_sizes(st, tensors)
     dim_list = _dims(st, tensors, dims or {}, sizes, _asserted_multiples(st, kernel, tree, launch))
     tensor_args = _dot_dtypes(st, tuple(_tensor_arg(st, t, others) for t in tensors))
-    values = _values(st, tensors, variants, {d.name for d in dim_list}, values_of)
+    values = _values(st, tensors, variants, {d.name for d in dim_list}, values_of, path)
     pooled = [t.name for t in tensor_args if POOL in t.dims]
     if pooled and not any(t.values.startswith("slots") for t in tensor_args):
         raise HarnessError(f"{path}:{fn.lineno}: {', '.join(pooled)} ({launch.kernel}) is indexed by values the kernel"
@@ -677,7 +677,7 @@ def _compared_value(st: State, kparam: str | None, module: dict[str, object]) ->
 
 
 def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[str],
-            module: dict[str, object] | None = None) -> tuple[ValueArg, ...]:
+            module: dict[str, object] | None = None, path: Path | None = None) -> tuple[ValueArg, ...]:
     out = []
     for p in st.lf.params:
         if p.name in tensors:
@@ -742,7 +742,7 @@ def _values(st: State, tensors: list[str], variants: tuple[str, ...], dims: set[
                                               " sets it)"))
         else:
             raise HarnessError(f"{st.lf.name}: cannot tell what the required argument '{p.name}' is (line {st.lf.line}); "
-                               f"{instead()}")
+                               f"{instead(path)}")
     return tuple(out)
 
 
