@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from static_tier import (  # noqa: F401  (hooks: the static tier, `pytest -m static`)
-    pytest_collection_modifyitems, pytest_ignore_collect, pytest_runtest_call, pytest_runtest_setup)
+    pytest_collection_modifyitems, pytest_ignore_collect, pytest_runtest_call, pytest_runtest_setup,
+    pytest_sessionstart)
 
 
 def corpus_cache_dir() -> Path:

@@ -121,6 +121,20 @@ def pytest_ignore_collect(collection_path, config) -> bool | None:
     return None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``-m static``, matplotlib's font cache is built before any test runs. On a fresh HOME its first
+    import lists the system fonts with ``fc-list`` (a subprocess); inside a guarded test that trips the guard,
+    the cache is never written, and the plot tests fail on every run until something else builds it."""
+    if session.config.getoption("markexpr", "") != "static":
+        return
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.font_manager  # noqa: F401  (builds and writes the cache once, unguarded)
+    except ImportError:
+        pass
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if is_static(item):
