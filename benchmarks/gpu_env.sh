@@ -7,7 +7,7 @@ if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/
   cat /tmp/skel-install.log
   # Fallback: lay the skel namespace over the repo's folders with symlinks.
   rm -rf /tmp/ns && mkdir -p /tmp/ns/skel && cp -r skel/* /tmp/ns/skel/
-  for d in catalog miner rewriter validate harness kernels skeletons; do ln -s "$PWD/$d" /tmp/ns/skel/$d; done
+  for d in catalog miner rewriter pipeline validate harness kernels skeletons; do ln -s "$PWD/$d" /tmp/ns/skel/$d; done
   export PYTHONPATH=/tmp/ns:$PYTHONPATH
   skel() { python3 -m skel "$@"; }
 fi
